@@ -1,0 +1,217 @@
+"""Embedded tasks and length-bucketed batching (SPEC §6).
+
+Every batch is padded to one of a few bucket lengths, so a jitted step
+compiles once per bucket. The training stream is a pure function of
+(seed, step): resuming at step N yields exactly the batches an uninterrupted
+run would have seen, with nothing to checkpoint but the step.
+"""
+
+import dataclasses
+import math
+from typing import Dict, Iterator, List, Optional, Sequence, Tuple
+
+import numpy as np
+
+from nmt_jax import vocab as vocab_lib
+from nmt_jax.errors import DataError
+from nmt_jax.vocab import BOS, EOS, PAD
+
+Batch = Dict[str, np.ndarray]
+
+EMBEDDED_TASKS = ('copy', 'chunk_reverse')
+
+
+@dataclasses.dataclass
+class Split:
+  """Parallel id sequences; each source and target ends with EOS."""
+  source: List[np.ndarray]
+  target: List[np.ndarray]
+  source_text: List[str]
+  target_text: List[str]
+
+  def __len__(self):
+    return len(self.source)
+
+
+@dataclasses.dataclass
+class Task:
+  source_vocab: vocab_lib.Vocab
+  target_vocab: vocab_lib.Vocab
+  train: Split
+  eval: Split
+  max_length: int            # longest sequence in tokens, EOS included
+
+
+# ----------------------------------------------------------------- embedded tasks
+
+
+def symbol_names(num_symbols: int) -> List[str]:
+  if num_symbols <= 26:
+    return [chr(ord('a') + i) for i in range(num_symbols)]
+  return [f'w{i}' for i in range(num_symbols)]
+
+
+def copy_examples(num: int, max_length: int, num_symbols: int, rng) -> List[Tuple[np.ndarray, np.ndarray]]:
+  """Britz et al. 4.1: random symbols, lengths uniform in 1..max_length, target = source."""
+  lengths = rng.integers(1, max_length + 1, size=num)
+  flat = rng.integers(0, num_symbols, size=int(lengths.sum()))
+  pieces = np.split(flat, np.cumsum(lengths)[:-1])
+  return [(p, p) for p in pieces]
+
+
+def chunk_reverse_examples(num: int, max_length: int, num_symbols: int, chunk_size: int,
+                           rng) -> List[Tuple[np.ndarray, np.ndarray]]:
+  """Chunks reversed, each chunk's order kept: 'a b X c Y' -> 'c Y a b X'.
+
+  The last `max(1, num_symbols // 5)` symbols end a chunk and appear nowhere
+  else, so the chunk boundaries are visible in the source, as phrase
+  boundaries are in language. The alignment is monotone inside a chunk and
+  jumps between chunks.
+  """
+  num_end = max(1, num_symbols // 5)
+  num_inner = num_symbols - num_end
+  examples = []
+  for length in rng.integers(1, max_length + 1, size=num):
+    chunks, left = [], int(length)
+    while left:
+      size = min(int(rng.integers(1, chunk_size + 1)), left)
+      inner = rng.integers(0, num_inner, size=size - 1) if num_inner else np.zeros(0, int)
+      chunks.append(np.concatenate([inner, [num_inner + rng.integers(0, num_end)]]))
+      left -= size
+    examples.append((np.concatenate(chunks), np.concatenate(chunks[::-1])))
+  return examples
+
+
+def load_task(data_config, seed: int) -> Task:
+  """Builds the task named by `data_config.name` (only embedded tasks so far)."""
+  name = data_config.name
+  if name not in EMBEDDED_TASKS:
+    raise DataError(f'unknown data.name {name!r}: use one of {", ".join(EMBEDDED_TASKS)}')
+  symbols = symbol_names(data_config.num_symbols)
+  vocab = vocab_lib.Vocab(symbols, allow_unk=False)
+  offset = len(vocab_lib.SPECIALS)
+
+  def make(num, split_id):
+    rng = np.random.default_rng([seed, split_id])
+    if name == 'copy':
+      pairs = copy_examples(num, data_config.max_length, data_config.num_symbols, rng)
+    else:
+      pairs = chunk_reverse_examples(num, data_config.max_length, data_config.num_symbols,
+                                     data_config.chunk_size, rng)
+    source = [np.append(s + offset, EOS).astype(np.int32) for s, _ in pairs]
+    target = [np.append(t + offset, EOS).astype(np.int32) for _, t in pairs]
+    return Split(source, target, [vocab.decode(s) for s in source], [vocab.decode(t) for t in target])
+
+  return Task(vocab, vocab, make(data_config.num_train, 0), make(data_config.num_eval, 1),
+              data_config.max_length + 1)
+
+
+# ----------------------------------------------------------------- batching
+
+
+def bucket_boundaries(max_length: int, num_buckets: int) -> List[int]:
+  """Padded lengths: num_buckets evenly spaced lengths up to max_length."""
+  return sorted({math.ceil(max_length * (i + 1) / num_buckets) for i in range(num_buckets)})
+
+
+def example_lengths(split: Split) -> np.ndarray:
+  """Padded length each example needs: target_in is BOS + target[:-1], same length as target."""
+  return np.array([max(len(s), len(t)) for s, t in zip(split.source, split.target)])
+
+
+def make_batch(split: Split, rows: Sequence[int], length: int) -> Batch:
+  """Rows of `split` as PAD-padded arrays [len(rows), length]."""
+  targets = [split.target[i] for i in rows]
+  return {
+      'source': vocab_lib.pad_batch([split.source[i] for i in rows], length),
+      'target_in': vocab_lib.pad_batch([np.concatenate([[BOS], t[:-1]]) for t in targets], length),
+      'target_out': vocab_lib.pad_batch(targets, length),
+  }
+
+
+def dummy_batch(batch_size: int, length: int) -> Batch:
+  """A batch of one-token (EOS) sentences: enough for shape-only uses such as init."""
+  tokens = np.zeros((batch_size, length), np.int32)
+  tokens[:, 0] = EOS
+  return {'source': tokens, 'target_in': tokens, 'target_out': tokens}
+
+
+class TrainBatches:
+  """Shuffled, length-bucketed training batches; `batch(step)` is a pure function of step.
+
+  Each epoch is a seeded permutation grouped by bucket into full batches
+  (a bucket's last partial batch is left out of that epoch), in shuffled order.
+  """
+
+  def __init__(self, split: Split, batch_size: int, boundaries: Sequence[int], seed: int):
+    self.split = split
+    self.batch_size = batch_size
+    self.boundaries = list(boundaries)
+    self.seed = seed
+    lengths = example_lengths(split)
+    if lengths.max() > self.boundaries[-1]:
+      raise DataError(f'an example of length {lengths.max()} exceeds the longest bucket '
+                      f'{self.boundaries[-1]}; raise data.max_length')
+    self.bucket = np.searchsorted(self.boundaries, lengths)               # bucket of each example
+    # Full batches per bucket do not depend on the order, so every epoch has as many.
+    self.num_batches = int(sum(np.sum(self.bucket == b) // batch_size
+                               for b in range(len(self.boundaries))))
+    if not self.num_batches:
+      raise DataError(f'the training split ({len(split)} examples) fills no batch of '
+                      f'{batch_size} in any length bucket; lower train.batch_size')
+    self._cached_epoch: Tuple[int, List[np.ndarray]] = (-1, [])
+
+  def epoch(self, epoch: int) -> List[np.ndarray]:
+    """The batches (arrays of example indices) of one epoch, in training order."""
+    if self._cached_epoch[0] != epoch:
+      rng = np.random.default_rng([self.seed, 2, epoch])
+      order = rng.permutation(len(self.split))
+      batches = []
+      for b in range(len(self.boundaries)):
+        members = order[self.bucket[order] == b]
+        full = len(members) // self.batch_size * self.batch_size
+        batches += np.split(members[:full], full // self.batch_size) if full else []
+      self._cached_epoch = (epoch, [batches[i] for i in rng.permutation(len(batches))])
+    return self._cached_epoch[1]
+
+  def batch(self, step: int) -> Batch:
+    epoch, index = divmod(step, self.num_batches)
+    rows = self.epoch(epoch)[index]
+    length = self.boundaries[self.bucket[rows[0]]]
+    return make_batch(self.split, rows, length)
+
+  def iterate(self, start_step: int) -> Iterator[Batch]:
+    step = start_step
+    while True:
+      yield self.batch(step)
+      step += 1
+
+
+def eval_batches(split: Split, batch_size: int, boundaries: Sequence[int],
+                 limit: Optional[int] = None) -> Iterator[Tuple[np.ndarray, Batch]]:
+  """Fixed-shape batches of the first `limit` examples, sorted by length.
+
+  Yields (indices [batch_size], batch); the batch is padded with copies of a
+  one-token example whose index is -1, so every batch has `batch_size` rows.
+  """
+  count = len(split) if limit is None else min(limit, len(split))
+  lengths = example_lengths(split)[:count]
+  order = np.argsort(lengths, kind='stable')
+  for start in range(0, count, batch_size):
+    rows = order[start:start + batch_size]
+    length = boundaries[int(np.searchsorted(boundaries, lengths[rows].max()))]
+    batch = make_batch(split, rows, length)
+    pad = batch_size - len(rows)
+    if pad:
+      dummy = np.zeros((pad, length), np.int32)
+      dummy[:, 0] = EOS
+      batch = {k: np.concatenate([v, dummy]) for k, v in batch.items()}
+      rows = np.concatenate([rows, np.full(pad, -1)])
+    yield rows, batch
+
+
+def sentences_split(lines: Sequence[str], vocab: vocab_lib.Vocab) -> Split:
+  """A source-only split from text lines (for `translate`); targets are a lone EOS."""
+  source = [np.asarray(vocab.encode(line, line=i + 1), np.int32) for i, line in enumerate(lines)]
+  eos = [np.asarray([EOS], np.int32)] * len(source)
+  return Split(source, eos, list(lines), [''] * len(source))

@@ -1,0 +1,170 @@
+"""LSTM layers over padded batches.
+
+The input-to-gate projection of a whole sequence is one GEMM outside the
+recurrence ([B*T, in] x [in, 4H]); only h @ W_h runs per step. flax's
+`nn.LSTMCell` computes both per step, which costs CPU time at our sizes.
+The math is the standard LSTM with gate order (i, f, g, o):
+
+  i, f, g, o = split(x W_x + h W_h + b)
+  c' = sigmoid(f) * c + sigmoid(i) * tanh(g);   h' = sigmoid(o) * tanh(c')
+
+(tests/test_lstm.py checks it against flax's `nn.LSTMCell`).
+"""
+
+from typing import Tuple
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+
+Carry = Tuple[jax.Array, jax.Array]  # (c, h), each [B, H]
+
+
+def forget_bias_init(hidden_size, forget_bias):
+  """Bias init: zeros except `forget_bias` on the forget gate."""
+  def init(key, shape, dtype=jnp.float32):
+    del key
+    return jnp.zeros(shape, dtype).at[hidden_size:2 * hidden_size].set(forget_bias)
+  return init
+
+
+def _gate_activations(gates):
+  """gates [B, 4H] -> sigmoid of all four gate blocks [B, 4, H], tanh(g) [B, H].
+
+  One sigmoid over the contiguous [B, 4, H] block is ~2x faster on XLA:CPU
+  than four sigmoids over strided slices; the g block's sigmoid is unused.
+  """
+  blocks = gates.reshape(gates.shape[:-1] + (4, gates.shape[-1] // 4))
+  return jax.nn.sigmoid(blocks), jnp.tanh(blocks[..., 2, :])
+
+
+def lstm_update(carry: Carry, gates: jax.Array) -> Carry:
+  """One LSTM update from pre-activation gates [B, 4H] -> new (c, h)."""
+  c, _ = carry
+  s, g = _gate_activations(gates)
+  c = s[..., 1, :] * c + s[..., 0, :] * g
+  return c, s[..., 3, :] * jnp.tanh(c)
+
+
+@jax.custom_vjp
+def lstm_recurrence(x_gates, w_h, valid):
+  """The recurrence of an LSTM layer over time, from zero initial state.
+
+  Args:
+    x_gates: [T, B, 4H] input projections x_t W_x + b.
+    w_h: [H, 4H] recurrent kernel.
+    valid: [T, B, 1] float, 1 where step t of row b is a real token. At other
+      steps the carry is left unchanged (outputs there are still computed).
+  Returns:
+    outputs [T, B, H] (h of every step), final carry (c, h) [B, H].
+
+  The hand-written backward (below) keeps the per-step loop to one GEMM and a
+  broadcast multiply; autodiff's loop body is ~3x slower on XLA:CPU.
+  """
+  return _recurrence_forward(x_gates, w_h, valid)[0]
+
+
+def _recurrence_forward(x_gates, w_h, valid):
+  def step(carry, inputs):
+    gates_t, valid_t = inputs
+    c, h = carry
+    s, g = _gate_activations(gates_t + h @ w_h)
+    c_new = s[:, 1] * c + s[:, 0] * g
+    tanh_c = jnp.tanh(c_new)
+    h_new = s[:, 3] * tanh_c
+    carry = (c + valid_t * (c_new - c), h + valid_t * (h_new - h))
+    return carry, (h_new, (h, c, s, g, tanh_c))
+
+  batch, h_size = x_gates.shape[1], w_h.shape[0]
+  zeros = jnp.zeros((batch, h_size), x_gates.dtype)
+  carry, (outputs, residuals) = jax.lax.scan(step, (zeros, zeros), (x_gates, valid))
+  return (outputs, carry), residuals
+
+
+def _recurrence_fwd(x_gates, w_h, valid):
+  (outputs, carry), (h_prev, c_prev, s, g, tanh_c) = _recurrence_forward(x_gates, w_h, valid)
+  # d z_t = select(gate == o, dh_t, dc_t) * multipliers_t, for every step at once.
+  gate = jnp.arange(4)[:, None]                                             # [4, 1]
+  i, f, o = s[..., 0, :], s[..., 1, :], s[..., 3, :]
+  operand = jnp.where(gate == 0, g[..., None, :], jnp.where(
+      gate == 1, c_prev[..., None, :], jnp.where(gate == 2, i[..., None, :], tanh_c[..., None, :])))
+  slope = jnp.where(gate == 2, 1 - g[..., None, :] ** 2, s * (1 - s))
+  multipliers = operand * slope                                            # [T, B, 4, H]
+  dc_from_h = o * (1 - tanh_c ** 2)                                        # [T, B, H]
+  return (outputs, carry), (w_h, valid, h_prev, multipliers, dc_from_h, f)
+
+
+def _recurrence_bwd(residuals, cotangents):
+  w_h, valid, h_prev, multipliers, dc_from_h, f = residuals
+  d_outputs, (dc_final, dh_final) = cotangents
+  gate = jnp.arange(4)[:, None]
+
+  def step(carry, inputs):
+    dc_carry, dh_carry = carry                     # d loss / d carry after step t
+    d_out, valid_t, mult, dc_h, f_t = inputs
+    dh = d_out + valid_t * dh_carry                # d / d h_new
+    dc = valid_t * dc_carry + dh * dc_h            # d / d c_new
+    dz = (jnp.where(gate == 3, dh[:, None, :], dc[:, None, :]) * mult).reshape(dh.shape[0], -1)
+    dh_prev = dz @ w_h.T + (1 - valid_t) * dh_carry
+    dc_prev = dc * f_t + (1 - valid_t) * dc_carry
+    return (dc_prev, dh_prev), dz
+
+  _, dz = jax.lax.scan(step, (dc_final, dh_final),
+                       (d_outputs, valid, multipliers, dc_from_h, f), reverse=True)
+  # One [H, T*B] x [T*B, 4H] GEMM instead of T small ones (einsum picks a slower layout).
+  d_w_h = h_prev.reshape(-1, h_prev.shape[-1]).T @ dz.reshape(-1, dz.shape[-1])
+  return dz, d_w_h, jnp.zeros_like(valid)
+
+
+lstm_recurrence.defvjp(_recurrence_fwd, _recurrence_bwd)
+
+
+def reverse_padded(x: jax.Array, lengths: jax.Array) -> jax.Array:
+  """Reverses each row of x [B, T, ...] within its length; padding stays put."""
+  t = jnp.arange(x.shape[1])[None, :]                                     # [1, T]
+  index = jnp.where(t < lengths[:, None], lengths[:, None] - 1 - t, t)    # [B, T]
+  return jnp.take_along_axis(x, index.reshape(index.shape + (1,) * (x.ndim - 2)), axis=1)
+
+
+class LSTM(nn.Module):
+  """A unidirectional LSTM layer over a padded sequence.
+
+  Steps at padded positions leave the carry unchanged, so the returned carry
+  is the state after each row's last real token.
+  """
+  features: int
+  forget_bias: float = 1.0
+  reverse: bool = False
+
+  @nn.compact
+  def __call__(self, x: jax.Array, lengths: jax.Array):
+    """x [B, T, in], lengths [B] -> outputs [B, T, H], final carry (c, h)."""
+    length = x.shape[1]
+    h_size = self.features
+    w_x = self.param('input_kernel', nn.initializers.lecun_normal(), (x.shape[-1], 4 * h_size))
+    w_h = self.param('recurrent_kernel', nn.initializers.orthogonal(), (h_size, 4 * h_size))
+    b = self.param('bias', forget_bias_init(h_size, self.forget_bias), (4 * h_size,))
+    if self.reverse:
+      x = reverse_padded(x, lengths)
+    x_gates = jnp.einsum('bti,ig->tbg', x, w_x) + b                       # [T, B, 4H]
+    valid = (jnp.arange(length)[:, None, None] < lengths[None, :, None]).astype(x_gates.dtype)
+    outputs, carry = lstm_recurrence(x_gates, w_h, valid)                  # [T, B, H]
+    outputs = jnp.swapaxes(outputs, 0, 1)                                  # [B, T, H]
+    if self.reverse:
+      outputs = reverse_padded(outputs, lengths)
+    return outputs, carry
+
+
+class BiLSTM(nn.Module):
+  """Forward and backward LSTMs of `features // 2` units each, concatenated."""
+  features: int
+  forget_bias: float = 1.0
+
+  @nn.compact
+  def __call__(self, x, lengths):
+    """x [B, T, in] -> outputs [B, T, H], final carry (c, h) [B, H] (fwd ++ bwd)."""
+    half = self.features // 2
+    out_f, (c_f, h_f) = LSTM(half, self.forget_bias, name='forward')(x, lengths)
+    out_b, (c_b, h_b) = LSTM(half, self.forget_bias, reverse=True, name='backward')(x, lengths)
+    carry = (jnp.concatenate([c_f, c_b], -1), jnp.concatenate([h_f, h_b], -1))
+    return jnp.concatenate([out_f, out_b], -1), carry

@@ -1,0 +1,219 @@
+"""LSTM encoder-decoder with pluggable attention (SPEC §1).
+
+One `Decoder.step` serves teacher forcing (scanned over the target by
+`nn.scan`) and decoding (called once per step by `decode.py` through
+`Seq2Seq.decode_step`), so training and inference share every line.
+"""
+
+from typing import Any, Tuple
+
+import flax
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+
+from nmt_jax import attention as attention_lib
+from nmt_jax import lstm
+from nmt_jax.vocab import PAD
+
+
+@flax.struct.dataclass
+class DecoderState:
+  """The recurrent state of a decoder hypothesis; every leaf is [B, ...]."""
+  lstm: Tuple[lstm.Carry, ...]   # per layer (c, h), each [B, H]
+  feed: jax.Array                # [B, H] attentional state htilde_{t-1} (input feeding)
+  attention: Any                 # the attention kind's state (dict)
+  t: jax.Array                   # [B] int32 index of the next target token
+
+
+def stacked_kernel_init(num_input_rows):
+  """lecun_normal for the input rows of a [in + H, 4H] kernel, orthogonal for the H recurrent rows."""
+  def init(key, shape, dtype=jnp.float32):
+    k_in, k_rec = jax.random.split(key)
+    rows = [nn.initializers.orthogonal()(k_rec, (shape[0] - num_input_rows, shape[1]), dtype)]
+    if num_input_rows:
+      rows.insert(0, nn.initializers.lecun_normal()(k_in, (num_input_rows, shape[1]), dtype))
+    return jnp.concatenate(rows, axis=0)
+  return init
+
+
+class StackedLSTMCell(nn.Module):
+  """One step of the decoder's LSTM stack.
+
+  Layer 0 receives its embedding gates precomputed (`x_gates`, hoisted out of
+  the time loop) and the per-step inputs `extra` (input feeding, context).
+  """
+  features: int
+  num_layers: int
+  dropout: float
+  forget_bias: float
+
+  @nn.compact
+  def __call__(self, carries, x_gates, extra, train):
+    """carries: per layer (c, h) [B, H]; x_gates [B, 4H]; extra: list of [B, *]."""
+    h_size = self.features
+    new = []
+    for layer in range(self.num_layers):
+      carry = carries[layer]
+      if layer == 0:
+        inputs = jnp.concatenate(list(extra) + [carry[1]], axis=-1)        # [B, in + H]
+        bias = x_gates
+      else:
+        below = nn.Dropout(self.dropout)(new[-1][1], deterministic=not train)
+        inputs = jnp.concatenate([below, carry[1]], axis=-1)               # [B, 2H]
+        bias = self.param(f'bias_{layer}', lstm.forget_bias_init(h_size, self.forget_bias), (4 * h_size,))
+      kernel = self.param(f'kernel_{layer}', stacked_kernel_init(inputs.shape[-1] - h_size),
+                          (inputs.shape[-1], 4 * h_size))
+      new.append(lstm.lstm_update(carry, inputs @ kernel + bias))
+    return tuple(new)
+
+
+class Encoder(nn.Module):
+  """Embeddings and a stack of (bi)LSTM layers with dropout between layers."""
+  config: Any          # model
+  vocab_size: int
+
+  @nn.compact
+  def __call__(self, source, lengths, train=False):
+    """source [B, S] int -> memory [B, S, H], per-layer final (c, h) [B, H]."""
+    cfg = self.config
+    x = nn.Embed(self.vocab_size, cfg.embed_size, name='embed')(source)
+    finals = []
+    for layer in range(cfg.num_encoder_layers):
+      x = nn.Dropout(cfg.dropout)(x, deterministic=not train)
+      bidirectional = cfg.bidirectional == 'all' or (cfg.bidirectional == 'bottom' and layer == 0)
+      if bidirectional:
+        x, final = lstm.BiLSTM(cfg.hidden_size, cfg.forget_bias, name=f'layer_{layer}')(x, lengths)
+      else:
+        x, final = lstm.LSTM(cfg.hidden_size, cfg.forget_bias, name=f'layer_{layer}')(x, lengths)
+      finals.append(final)
+    return x, finals
+
+
+class Decoder(nn.Module):
+  """Stacked LSTM decoder with input feeding and one attention kind."""
+  config: Any          # model
+  vocab_size: int
+  max_source_length: int
+
+  def setup(self):
+    cfg = self.config
+    h_size = cfg.hidden_size
+    self.embed = nn.Embed(self.vocab_size, cfg.embed_size)
+    # Layer 0's embedding-to-gates projection, applied to all steps at once.
+    self.input_proj = nn.Dense(4 * h_size, bias_init=lstm.forget_bias_init(h_size, cfg.forget_bias))
+    self.cell = StackedLSTMCell(h_size, cfg.num_decoder_layers, cfg.dropout, cfg.forget_bias)
+    self.attention = attention_lib.make_attention(cfg.attention, h_size, self.max_source_length)
+    if self.attention is not None:
+      self.combine = nn.Dense(h_size, use_bias=False)                      # W_c
+    if cfg.bridge == 'dense':
+      self.bridge_c = [nn.Dense(h_size) for _ in range(cfg.num_decoder_layers)]
+      self.bridge_h = [nn.Dense(h_size) for _ in range(cfg.num_decoder_layers)]
+    if cfg.output_hidden_size:
+      self.output_hidden = nn.Dense(cfg.output_hidden_size)
+    self.output = nn.Dense(self.vocab_size)
+    self.dropout = nn.Dropout(cfg.dropout)
+
+  def initial(self, memory, lengths, encoder_finals):
+    """Attention cache and initial DecoderState from the encoder's outputs."""
+    cfg = self.config
+    batch = memory.shape[0]
+    if self.attention is None:
+      cache, attention_state = {'lengths': lengths}, {}
+    else:
+      cache = self.attention.prepare(memory, lengths)
+      attention_state = self.attention.initial_state(cache)
+    zeros = jnp.zeros((batch, cfg.hidden_size), memory.dtype)
+    carries = []
+    for layer in range(cfg.num_decoder_layers):
+      c, h = encoder_finals[min(layer, len(encoder_finals) - 1)]
+      if cfg.bridge == 'dense':
+        carries.append((self.bridge_c[layer](c), jnp.tanh(self.bridge_h[layer](h))))
+      elif cfg.bridge == 'copy':
+        carries.append((c, h))
+      else:
+        carries.append((zeros, zeros))
+    state = DecoderState(lstm=tuple(carries), feed=zeros, attention=attention_state,
+                         t=jnp.zeros((batch,), jnp.int32))
+    return cache, state
+
+  def step(self, state: DecoderState, cache, emb, x_gates, train=False, with_weights=False):
+    """One target step: emb [B, E], x_gates [B, 4H] -> state, htilde [B, H], diagnostics."""
+    cfg = self.config
+    prev_h = state.lstm[-1][1]
+    step_inputs = attention_lib.StepInputs(prev_query=prev_h, inputs=emb, t=state.t)
+    attention_state = state.attention
+    extra = []
+    if self.attention is not None and cfg.query == 'previous':
+      # Bahdanau: attend from h_{t-1}; the context feeds this step's LSTM.
+      context, attention_state, diagnostics = self.attention(
+          prev_h, cache, attention_state, step_inputs, with_weights)
+      extra.append(context)
+    if self.attention is not None and cfg.input_feeding:
+      extra.append(state.feed)
+    carries = self.cell(state.lstm, x_gates, extra, train)
+    h = carries[-1][1]
+    if self.attention is None:
+      htilde = h
+      diagnostics = {'window': jnp.zeros(h.shape[:1], jnp.float32)}
+    else:
+      if cfg.query == 'current':
+        # Luong: attend from h_t.
+        context, attention_state, diagnostics = self.attention(
+            h, cache, attention_state, step_inputs, with_weights)
+      htilde = jnp.tanh(self.combine(jnp.concatenate([context, h], axis=-1)))
+    htilde = self.dropout(htilde, deterministic=not train)
+    state = DecoderState(lstm=carries, feed=htilde, attention=attention_state, t=state.t + 1)
+    return state, htilde, diagnostics
+
+  def logits(self, htilde):
+    """htilde [..., H] -> logits [..., V]."""
+    if self.config.output_hidden_size:
+      htilde = jnp.tanh(self.output_hidden(htilde))
+    return self.output(htilde)
+
+  def __call__(self, cache, state, target_in, train=False, with_weights=False):
+    """Teacher forcing: target_in [B, T] -> logits [B, T, V], diagnostics [B, T, ...]."""
+    emb = self.dropout(self.embed(target_in), deterministic=not train)     # [B, T, E]
+    x_gates = self.input_proj(emb)                                         # [B, T, 4H]
+    def body(mdl, carry, xs):
+      carry, htilde, diagnostics = mdl.step(carry, cache, xs[0], xs[1], train, with_weights)
+      return carry, (htilde, diagnostics)
+
+    scan = nn.scan(body, variable_broadcast='params', split_rngs={'params': False, 'dropout': True},
+                   in_axes=1, out_axes=1)
+    _, (htildes, diagnostics) = scan(self, state, (emb, x_gates))
+    return self.logits(htildes), diagnostics
+
+  def decode_step(self, state, cache, tokens, with_weights=False):
+    """tokens [B] int -> state, logits [B, V], diagnostics."""
+    emb = self.embed(tokens)
+    state, htilde, diagnostics = self.step(state, cache, emb, self.input_proj(emb),
+                                           with_weights=with_weights)
+    return state, self.logits(htilde), diagnostics
+
+
+class Seq2Seq(nn.Module):
+  """The encoder-decoder; `source`/`target` are padded with PAD = 0."""
+  config: Any          # model
+  source_vocab_size: int
+  target_vocab_size: int
+  max_source_length: int
+
+  def setup(self):
+    self.encoder = Encoder(self.config, self.source_vocab_size)
+    self.decoder = Decoder(self.config, self.target_vocab_size, self.max_source_length)
+
+  def encode(self, source, train=False):
+    """source [B, S] -> (attention cache, initial DecoderState)."""
+    lengths = jnp.sum(source != PAD, axis=-1).astype(jnp.int32)
+    memory, finals = self.encoder(source, lengths, train)
+    return self.decoder.initial(memory, lengths, finals)
+
+  def __call__(self, source, target_in, train=False, with_weights=False):
+    """source [B, S], target_in [B, T] -> logits [B, T, V], diagnostics [B, T, ...]."""
+    cache, state = self.encode(source, train)
+    return self.decoder(cache, state, target_in, train, with_weights)
+
+  def decode_step(self, state, cache, tokens, with_weights=False):
+    return self.decoder.decode_step(state, cache, tokens, with_weights)

@@ -1,0 +1,78 @@
+"""Run records in the workdir (SPEC §8): metrics.jsonl, TensorBoard events, config.json.
+
+Only process 0 writes; the others get a writer that does nothing.
+"""
+
+import json
+import math
+import numbers
+import os
+import time
+from typing import Any, Dict
+
+from absl import logging
+
+
+def _jsonable(value):
+  if isinstance(value, numbers.Integral):
+    return int(value)
+  if isinstance(value, numbers.Real):
+    value = float(value)
+    return value if math.isfinite(value) else str(value)   # JSON has no NaN/inf
+  return value
+
+
+class MetricWriter:
+  """Appends one JSON object per call to metrics.jsonl and scalars to TensorBoard."""
+
+  def __init__(self, workdir: str, enabled: bool = True):
+    self.enabled = enabled
+    self.workdir = workdir
+    self._tensorboard = None
+    if not enabled:
+      return
+    self._jsonl = open(os.path.join(workdir, 'metrics.jsonl'), 'a', encoding='utf-8')
+    try:
+      from tensorboardX import SummaryWriter  # pylint: disable=g-import-not-at-top
+      self._tensorboard = SummaryWriter(logdir=workdir)
+    except ImportError:
+      logging.warning('tensorboardX is not installed: no TensorBoard events, metrics.jsonl only')
+
+  def write(self, step: int, split: str, metrics: Dict[str, Any]):
+    if not self.enabled:
+      return
+    record = {'step': int(step), 'split': split, 'time': time.time()}
+    record.update({k: _jsonable(v) for k, v in metrics.items()})
+    self._jsonl.write(json.dumps(record) + '\n')
+    self._jsonl.flush()
+    if self._tensorboard is not None:
+      for key, value in metrics.items():
+        if isinstance(value, numbers.Real) and not isinstance(value, bool):
+          self._tensorboard.add_scalar(f'{split}/{key}', float(value), step)
+
+  def write_text(self, step: int, tag: str, text: str):
+    if self.enabled and self._tensorboard is not None:
+      self._tensorboard.add_text(tag, text, step)
+
+  def close(self):
+    if not self.enabled:
+      return
+    self._jsonl.close()
+    if self._tensorboard is not None:
+      self._tensorboard.close()
+
+
+def write_json(path: str, obj: Dict[str, Any]):
+  """Writes JSON atomically (temporary file, then rename): a crash never leaves half a file."""
+  tmp = f'{path}.tmp-{os.getpid()}'
+  with open(tmp, 'w', encoding='utf-8') as f:
+    json.dump(obj, f, indent=2, sort_keys=True, default=_jsonable)
+    f.write('\n')
+  os.replace(tmp, path)
+
+
+def read_metrics(workdir: str):
+  """The records of <workdir>/metrics.jsonl, in order."""
+  path = os.path.join(workdir, 'metrics.jsonl')
+  with open(path, encoding='utf-8') as f:
+    return [json.loads(line) for line in f if line.strip()]
