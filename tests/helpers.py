@@ -1,0 +1,44 @@
+"""Small models and batches shared by the tests."""
+
+import jax
+import numpy as np
+
+from nmt_jax import default_config
+from nmt_jax import models
+from nmt_jax.vocab import BOS, EOS, PAD
+
+VOCAB = 10   # 4 reserved ids + 6 symbols, as the 'tiny' preset
+
+
+def tiny_config(kind='global', score='general', **model):
+  config = default_config.get_config('tiny')
+  config.model.attention.kind = kind
+  config.model.attention.score = score
+  for key, value in model.items():
+    config.model[key] = value
+  return default_config.validate(config)
+
+
+def make_model(config):
+  return models.Seq2Seq(config.model, VOCAB, VOCAB, config.model.attention.max_source_length)
+
+
+def init_params(model, seed=0, length=6):
+  src = np.full((2, length), 5, np.int32)
+  return model.init(jax.random.key(seed), src, src)['params']
+
+
+def random_batch(rng, batch, src_len, tgt_len, min_len=1):
+  """Source/target with random lengths, EOS-terminated, PAD after."""
+  source = np.full((batch, src_len), PAD, np.int32)
+  target_out = np.full((batch, tgt_len), PAD, np.int32)
+  for b in range(batch):
+    n = rng.integers(min_len, src_len)           # tokens before EOS
+    source[b, :n] = rng.integers(4, VOCAB, n)
+    source[b, n] = EOS
+    m = rng.integers(min_len, tgt_len)
+    target_out[b, :m] = rng.integers(4, VOCAB, m)
+    target_out[b, m] = EOS
+  target_in = np.concatenate([np.full((batch, 1), BOS, np.int32), target_out[:, :-1]], 1)
+  target_in[target_out == PAD] = PAD
+  return source, target_in, target_out

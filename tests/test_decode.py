@@ -1,0 +1,167 @@
+"""Decoding: beam 1 == greedy, batch-size invariance, exactness, scores, EOS and limits."""
+
+import functools
+import itertools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from nmt_jax import decode
+from nmt_jax import models
+from nmt_jax.vocab import BOS, EOS, PAD
+from tests import helpers
+
+
+@functools.lru_cache(maxsize=None)
+def _setup(query='current', seed=3):
+  config = helpers.tiny_config('global', 'general', query=query)
+  model = helpers.make_model(config)
+  params = helpers.init_params(model, seed=seed)
+  # Sharpen the untrained output distribution so hypotheses differ in interesting ways.
+  params = jax.tree_util.tree_map(lambda x: x * 3.0, params)
+  return config, model, params
+
+
+def _sources(seed=0, batch=6, length=6):
+  return helpers.random_batch(np.random.default_rng(seed), batch, length, 4)[0]
+
+
+def _greedy(model, params, source, **kw):
+  return jax.jit(functools.partial(decode.greedy_search, model, ratio=kw.get('ratio', 1.5),
+                                   offset=kw.get('offset', 2)))(params, source)
+
+
+def _beam(model, params, source, k, alpha, **kw):
+  return jax.jit(functools.partial(decode.beam_search, model, beam_size=k, alpha=alpha,
+                                   ratio=kw.get('ratio', 1.5), offset=kw.get('offset', 2)))(params, source)
+
+
+def _strip(tokens):
+  tokens = list(np.asarray(tokens))
+  return tuple(tokens[:tokens.index(EOS) + 1]) if EOS in tokens else tuple(t for t in tokens if t != PAD)
+
+
+def _sequence_logprobs(model, params, source, hyps):
+  """log p(hyp | source) of EOS-terminated hypotheses, by one batched teacher-forced pass."""
+  length = max(len(h) for h in hyps)
+  target_out = np.array([list(h) + [PAD] * (length - len(h)) for h in hyps], np.int32)
+  target_in = np.concatenate([np.full((len(hyps), 1), BOS, np.int32), target_out[:, :-1]], 1)
+  sources = np.repeat(source[None], len(hyps), 0)
+  logits = _apply_fn(model)(params, sources, target_in)
+  logp = np.take_along_axis(np.asarray(jax.nn.log_softmax(logits)), target_out[..., None], -1)[..., 0]
+  return np.where(target_out != PAD, logp, 0.0).sum(1)
+
+
+_APPLY = {}
+
+
+def _apply_fn(model):
+  if id(model) not in _APPLY:
+    _APPLY[id(model)] = jax.jit(lambda p, s, t: model.apply({'params': p}, s, t)[0])
+  return _APPLY[id(model)]
+
+
+@pytest.mark.parametrize('query', ['current', 'previous'])
+def test_beam_one_equals_greedy(query):
+  _, model, params = _setup(query)
+  source = _sources()
+  greedy = _greedy(model, params, source)
+  beam = _beam(model, params, source, 1, 0.0)
+  for g, b in zip(greedy.tokens, beam.tokens):
+    assert _strip(g) == _strip(b)
+  np.testing.assert_allclose(greedy.scores, beam.scores, rtol=1e-5)
+
+
+@pytest.mark.parametrize('k', [1, 3])
+def test_decoding_does_not_depend_on_batch_size(k):
+  _, model, params = _setup()
+  source = _sources(seed=1, batch=5)
+  full = _greedy(model, params, source) if k == 1 else _beam(model, params, source, k, 0.6)
+  for row in range(source.shape[0]):
+    alone = source[row:row + 1]
+    one = _greedy(model, params, alone) if k == 1 else _beam(model, params, alone, k, 0.6)
+    assert _strip(one.tokens[0]) == _strip(full.tokens[row])
+    np.testing.assert_allclose(one.scores[0], full.scores[row], rtol=1e-5)
+  # ... nor on extra source padding.
+  padded = np.pad(source, ((0, 0), (0, 3)))
+  more = _greedy(model, params, padded) if k == 1 else _beam(model, params, padded, k, 0.6)
+  for a, b in zip(more.tokens, full.tokens):
+    assert _strip(a) == _strip(b)
+
+
+def test_beam_search_is_exact_when_the_beam_holds_every_prefix():
+  """With K >= the number of live prefixes, beam search finds the best hypothesis."""
+  _, model, params = _setup()
+  source = _sources(seed=2, batch=2)
+  alpha, offset = 0.6, 3                 # at most 3 tokens: y1 y2 EOS
+  symbols = range(4, helpers.VOCAB)
+  result = _beam(model, params, source, k=len(symbols) ** 2, alpha=alpha, ratio=0.0, offset=offset)
+  for row in range(source.shape[0]):
+    candidates = [(EOS,)] + [(a, EOS) for a in symbols] + [(a, b, EOS) for a, b in itertools.product(symbols, symbols)]
+    logprobs = _sequence_logprobs(model, params, source[row], candidates)
+    scored = [(lp / decode.length_penalty(len(c), alpha), c) for lp, c in zip(logprobs, candidates)]
+    best_score, best = max(scored)
+    assert _strip(result.tokens[row]) == best
+    np.testing.assert_allclose(float(result.scores[row]), best_score, rtol=1e-4)
+
+
+def test_beam_scores_are_normalised_log_probs_and_nbest_is_sorted():
+  _, model, params = _setup()
+  source = _sources(seed=4, batch=3)
+  alpha = 0.8
+  result = _beam(model, params, source, 4, alpha)
+  for row in range(source.shape[0]):
+    scores = np.asarray(result.nbest_scores[row])
+    assert np.all(np.isfinite(scores)), 'the n-best list holds K finished hypotheses'
+    assert np.all(np.diff(scores) <= 1e-6)
+    hyps = [_strip(h) for h in result.nbest_tokens[row]]
+    assert all(h[-1] == EOS for h in hyps)
+    logprobs = _sequence_logprobs(model, params, source[row], hyps)
+    expected = [lp / decode.length_penalty(len(h), alpha) for lp, h in zip(logprobs, hyps)]
+    np.testing.assert_allclose(scores, expected, rtol=1e-4)
+
+
+@pytest.mark.parametrize('k', [1, 3])
+def test_length_limit_forces_eos(k):
+  config, model, params = _setup()
+  # An output layer that never prefers EOS: every hypothesis runs to its limit.
+  params = jax.tree_util.tree_map(lambda x: x, params)
+  bias = params['decoder']['output']['bias']
+  params['decoder']['output']['bias'] = bias.at[EOS].set(-1e4)
+  source = _sources(seed=5, batch=4)
+  ratio, offset = 1.0, 2
+  result = _greedy(model, params, source, ratio=ratio, offset=offset) if k == 1 else \
+      _beam(model, params, source, k, 0.6, ratio=ratio, offset=offset)
+  lengths = np.sum(source != PAD, axis=1)
+  for row in range(source.shape[0]):
+    hyp = _strip(result.tokens[row])
+    assert len(hyp) == int(np.floor(ratio * lengths[row])) + offset
+    assert hyp[-1] == EOS and EOS not in hyp[:-1] and PAD not in hyp and BOS not in hyp
+    assert np.all(np.asarray(result.tokens[row][len(hyp):]) == PAD)
+
+
+def test_window_statistics_count_live_steps():
+  _, model, params = _setup()
+  source = _sources(seed=6, batch=4)
+  result = _greedy(model, params, source)
+  lengths = np.sum(source != PAD, axis=1)
+  steps = np.array([len(_strip(t)) for t in result.tokens])
+  np.testing.assert_array_equal(result.window_count, steps)
+  np.testing.assert_allclose(result.window_sum, steps * lengths)   # global attention scores all S
+
+
+def test_diagnostics_follow_the_best_hypothesis():
+  _, model, params = _setup()
+  source = _sources(seed=7, batch=2)
+  fn = jax.jit(functools.partial(decode.beam_search, model, beam_size=3, alpha=0.0, ratio=1.5,
+                                 offset=2, with_diagnostics=True))
+  result = fn(params, source)
+  weights = np.asarray(result.diagnostics['weights'])     # [B, T, S]
+  for row in range(source.shape[0]):
+    hyp = _strip(result.tokens[row])
+    # Recompute the attention of the returned hypothesis by teacher forcing.
+    target_in = np.array([[BOS] + list(hyp[:-1])], np.int32)
+    _, diagnostics = model.apply({'params': params}, source[row:row + 1], target_in, with_weights=True)
+    np.testing.assert_allclose(weights[row, :len(hyp)], diagnostics['weights'][0], atol=1e-5)

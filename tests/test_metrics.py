@@ -1,0 +1,29 @@
+"""Metric wrappers: sacreBLEU called the right way, RIBES edge cases."""
+
+import numpy as np
+
+from nmt_jax import decode
+from nmt_jax import metrics
+
+
+def test_perfect_and_partial_translations():
+  refs = ['a b c d e f', 'b c d e a a', 'c c d a b e']
+  perfect = metrics.translation_metrics(refs, refs)
+  for key in ('bleu', 'bleu_tokenized', 'chrf'):
+    assert abs(perfect[key] - 100.0) < 1e-6, key
+  assert abs(perfect['ribes'] - 1.0) < 1e-9
+  assert 'tok:13a' in perfect['bleu_signature'] and 'tok:none' in perfect['bleu_tokenized_signature']
+  partial = metrics.translation_metrics(['a b c d e f', 'b c d', 'x'], refs)
+  assert 0 < partial['bleu'] < 100    # would be 0.0 if references were passed flat
+
+
+def test_ribes_survives_degenerate_hypotheses():
+  assert metrics.ribes([''], ['a b c']) == 0.0
+  assert 0 <= metrics.ribes(['a'], ['b c']) <= 1
+
+
+def test_window_metrics():
+  result = decode.window_metrics({'window_sum': 30.0, 'window_count': 10.0, 'window_fraction_sum': 5.0})
+  assert result == {'avg_window': 3.0, 'avg_window_fraction': 0.5}
+  assert np.isfinite(decode.window_metrics({'window_sum': 0.0, 'window_count': 0.0,
+                                            'window_fraction_sum': 0.0})['avg_window'])

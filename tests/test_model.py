@@ -1,0 +1,80 @@
+"""Model invariants: stepwise == scanned, padding never changes a result, gradients."""
+
+import functools
+
+import hypothesis
+from hypothesis import strategies as st
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from nmt_jax import models
+from tests import helpers
+
+VARIANTS = [('none', 'dot', 'current'), ('global', 'dot', 'current'),
+            ('global', 'general', 'current'), ('global', 'concat', 'previous'),
+            ('global', 'location', 'current'), ('global', 'general', 'previous')]
+
+
+@functools.lru_cache(maxsize=None)
+def _setup(kind, score, query):
+  config = helpers.tiny_config(kind, score, query=query)
+  model = helpers.make_model(config)
+  params = helpers.init_params(model, seed=1)
+  return model, params, jax.jit(lambda s, t: model.apply({'params': params}, s, t)[0])
+
+
+@pytest.mark.parametrize('kind,score,query', VARIANTS)
+def test_stepwise_decoding_equals_scanned_forward(kind, score, query):
+  model, params, _ = _setup(kind, score, query)
+  source, target_in, _ = helpers.random_batch(np.random.default_rng(0), 3, 7, 6)
+  logits, _ = model.apply({'params': params}, source, target_in)
+  encode = jax.jit(lambda s: model.apply({'params': params}, s, method=models.Seq2Seq.encode))
+  step = jax.jit(lambda state, cache, tokens: model.apply(
+      {'params': params}, state, cache, tokens, method=models.Seq2Seq.decode_step))
+  cache, state = encode(source)
+  for t in range(target_in.shape[1]):
+    state, step_logits, _ = step(state, cache, target_in[:, t])
+    np.testing.assert_allclose(step_logits, logits[:, t], atol=1e-5)
+
+
+@pytest.mark.parametrize('kind,score,query', VARIANTS)
+@hypothesis.settings(max_examples=5, deadline=None)
+@hypothesis.given(extra=st.integers(1, 4), seed=st.integers(0, 2**16))
+def test_source_padding_never_changes_logits(kind, score, query, extra, seed):
+  _, _, apply = _setup(kind, score, query)
+  source, target_in, target_out = helpers.random_batch(np.random.default_rng(seed), 3, 5, 5)
+  padded = np.pad(source, ((0, 0), (0, extra)))
+  mask = (target_out != 0)[..., None]
+  np.testing.assert_allclose(np.where(mask, apply(padded, target_in), 0),
+                             np.where(mask, apply(source, target_in), 0), atol=1e-5)
+
+
+def test_rows_are_independent_of_the_batch():
+  model, params, _ = _setup('global', 'general', 'current')
+  source, target_in, _ = helpers.random_batch(np.random.default_rng(3), 4, 6, 6)
+  _, _, apply = _setup('global', 'general', 'current')
+  full = apply(source, target_in)
+  single = apply(source[2:3], target_in[2:3])
+  np.testing.assert_allclose(single[0], full[2], atol=1e-5)
+
+
+@pytest.mark.parametrize('bridge,bidirectional', [('dense', 'all'), ('copy', 'none'), ('zero', 'bottom')])
+def test_gradients_are_finite_and_reach_every_parameter(bridge, bidirectional):
+  config = helpers.tiny_config('global', 'concat', bridge=bridge, bidirectional=bidirectional,
+                               num_encoder_layers=2, num_decoder_layers=2, output_hidden_size=12)
+  model = helpers.make_model(config)
+  params = helpers.init_params(model)
+  source, target_in, target_out = helpers.random_batch(np.random.default_rng(0), 3, 6, 6)
+
+  def loss(p):
+    logits, _ = model.apply({'params': p}, source, target_in)
+    return -jnp.sum(jax.nn.log_softmax(logits) * jax.nn.one_hot(target_out, logits.shape[-1]))
+
+  grads = jax.jit(jax.grad(loss))(params)
+  for path, g in jax.tree_util.tree_flatten_with_path(grads)[0]:
+    assert np.all(np.isfinite(g)), path
+    if bridge == 'zero' and 'bridge' in jax.tree_util.keystr(path):
+      continue
+    assert np.any(g != 0), f'no gradient reaches {jax.tree_util.keystr(path)}'

@@ -1,0 +1,102 @@
+"""Training pieces: loss, schedules, config validation, a few real steps."""
+
+import functools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+import pytest
+
+from nmt_jax import data
+from nmt_jax import default_config
+from nmt_jax import errors
+from nmt_jax import parallel
+from nmt_jax import train
+from nmt_jax.vocab import PAD
+from tests import helpers
+
+
+def test_cross_entropy_matches_numpy_and_ignores_padding():
+  rng = np.random.default_rng(0)
+  logits = rng.normal(size=(2, 3, 5)).astype(np.float32)
+  targets = np.array([[1, 2, PAD], [4, PAD, PAD]])
+  loss_sum, tokens = train.cross_entropy(jnp.asarray(logits), jnp.asarray(targets))
+  logp = logits - np.log(np.exp(logits).sum(-1, keepdims=True))
+  expected = -(logp[0, 0, 1] + logp[0, 1, 2] + logp[1, 0, 4])
+  np.testing.assert_allclose(loss_sum, expected, rtol=1e-5)
+  assert tokens == 3
+
+
+def test_label_smoothing_is_zero_at_the_smoothed_target():
+  vocab, eps = 6, 0.1
+  soft = np.full(vocab, eps / (vocab - 1))
+  soft[2] = 1 - eps
+  logits = jnp.log(jnp.asarray(soft))[None, None]
+  loss_sum, _ = train.cross_entropy(logits, jnp.array([[2]]), label_smoothing=eps)
+  np.testing.assert_allclose(loss_sum, 0.0, atol=1e-5)
+
+
+def test_halving_schedule_follows_shu():
+  config = default_config.get_config().train
+  config.schedule, config.learning_rate, config.halve_from_epoch = 'halve', 1.0, 4
+  schedule = train.learning_rate_fn(config, steps_per_epoch=10)
+  # Epochs 1-3 at the full rate, halved from the start of epoch 4, again at epoch 5.
+  assert [float(schedule(s)) for s in (0, 29, 30, 39, 40)] == [1.0, 1.0, 0.5, 0.5, 0.25]
+
+
+def test_warmup_rsqrt_schedule():
+  config = default_config.get_config().train
+  config.schedule, config.learning_rate, config.warmup_steps = 'warmup_rsqrt', 1.0, 4
+  schedule = train.learning_rate_fn(config, steps_per_epoch=10)
+  np.testing.assert_allclose([float(schedule(s)) for s in (0, 3, 16)], [0.25, 1.0, 0.5])
+
+
+@pytest.mark.parametrize('field,value,message', [
+    ('model.attention.kind', 'bogus', 'model.attention.kind'),
+    ('model.attention.score', 'dotty', 'model.attention.score'),
+    ('model.hidden_size', 0, 'model.hidden_size=0 must be > 0'),
+    ('decode.beam_size', 0, 'decode.beam_size=0 must be > 0'),
+    ('model.hidden_size', 15, 'must be even'),
+    ('train.schedule', 'cosine', 'train.schedule'),
+    ('model.dropout', 1.0, 'must be below 1'),
+])
+def test_validate_rejects_bad_values(field, value, message):
+  config = default_config.get_config('tiny')
+  section, name = field.rsplit('.', 1)
+  target = config
+  for part in section.split('.'):
+    target = target[part]
+  target[name] = value
+  with pytest.raises(errors.ConfigError, match=message):
+    default_config.validate(config)
+
+
+def test_validate_derives_max_source_length():
+  config = default_config.validate(default_config.get_config('tiny'))
+  assert config.model.attention.max_source_length == config.data.max_length + 1
+
+
+def test_unknown_preset():
+  with pytest.raises(ValueError, match='unknown config preset'):
+    default_config.get_config('copyx')
+
+
+def test_a_few_steps_reduce_the_loss():
+  config = helpers.tiny_config('global', 'general')
+  config.train.learning_rate = 1e-2
+  task = data.load_task(config.data, config.seed)
+  boundaries = data.bucket_boundaries(task.max_length, config.data.num_buckets)
+  batches = data.TrainBatches(task.train, config.train.batch_size, boundaries, config.seed)
+  model = train.create_model(config, task)
+  optimizer, _ = train.create_optimizer(config.train, batches.num_batches)
+  mesh = parallel.make_mesh()
+  state = train.init_state(config, model, optimizer, mesh, data.dummy_batch(1, boundaries[0]))
+  step = jax.jit(functools.partial(train.train_step, model=model, optimizer=optimizer, config=config))
+  fixed = batches.batch(0)
+  losses = []
+  for _ in range(15):
+    state, metrics = step(state, fixed)
+    losses.append(float(metrics['loss_sum'] / metrics['tokens']))
+  assert losses[-1] < 0.7 * losses[0]
+  assert int(state.step) == 15
