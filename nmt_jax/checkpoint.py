@@ -29,9 +29,20 @@ class _NoMetricsFilter(std_logging.Filter):
 std_logging.getLogger('absl').addFilter(_NoMetricsFilter())
 
 
+def _path_name(path) -> str:
+  """'opt_state/1/0/count' for a live tree (attributes, tuples) and Orbax metadata (dicts) alike."""
+  parts = []
+  for key in path:
+    for attribute in ('key', 'name', 'idx'):
+      if hasattr(key, attribute):
+        parts.append(str(getattr(key, attribute)))
+        break
+  return '/'.join(parts)
+
+
 def _leaf_shapes(tree) -> Dict[str, Tuple[int, ...]]:
   flat = jax.tree_util.tree_flatten_with_path(tree)[0]
-  return {jax.tree_util.keystr(path): tuple(getattr(leaf, 'shape', ())) for path, leaf in flat}
+  return {_path_name(path): tuple(getattr(leaf, 'shape', ())) for path, leaf in flat}
 
 
 class Checkpoints:

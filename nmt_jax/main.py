@@ -10,6 +10,7 @@ The logic lives in importable modules (train.py); this file parses flags.
 """
 
 import logging as std_logging
+import os
 import sys
 
 from absl import app
@@ -53,12 +54,45 @@ class _QuietLibraries:
     return record.levelno >= std_logging.WARNING or '/orbax/' not in record.pathname
 
 
+def _fail(message: str):
+  print(f'error: {message}', file=sys.stderr)
+  sys.exit(2)
+
+
+def parse_flags(argv):
+  """absl flag parsing, with config mistakes reported as one line instead of a traceback."""
+  for arg in argv[1:]:
+    if arg.startswith('--config='):
+      path = arg[len('--config='):].split(':')[0]
+      if not os.path.isfile(path):
+        _fail(f'config file {path} does not exist (run from the repository root, or give the '
+              'path of a config file, e.g. --config=configs/global_general.py)')
+  try:
+    return flags.FLAGS(argv)
+  except (KeyError, AttributeError) as e:   # --config.<unknown field>=...
+    detail = ' '.join(str(e).strip('"\'').replace('\\n', ' ').replace('\\\'', "'").split())
+    _fail(f'unknown config field in a --config override: {detail} '
+          '(every field is listed in nmt_jax/default_config.py)')
+  except OSError as e:                      # config file missing or failing to import
+    _fail(' '.join(str(e).split()) + ' (run from the repository root, or give the path of a '
+          'config file)')
+  except (flags.Error, ValueError, TypeError) as e:
+    lines = str(e).strip().splitlines()
+    # A failing get_config() arrives as a traceback in the message: its last line says why.
+    message = lines[-1] if 'Traceback' in str(e) else ' '.join(str(e).split())
+    _fail(message + ' (see --helpfull)')
+
+
 def main(argv):
   std_logging.getLogger('absl').addFilter(_QuietLibraries())
   if len(argv) > 1:
     raise app.UsageError(f'unexpected arguments: {" ".join(argv[1:])}')
   try:
-    run(_CONFIG.value, _WORKDIR.value, _MODE.value)
+    config = _CONFIG.value
+  except OSError as e:    # config_flags defers load failures to the first access
+    _fail(str(e).strip().splitlines()[-1])
+  try:
+    run(config, _WORKDIR.value, _MODE.value)
   except errors.UserError as e:
     logging.flush()
     print(f'error: {e}', file=sys.stderr)
@@ -66,4 +100,4 @@ def main(argv):
 
 
 if __name__ == '__main__':
-  app.run(main)
+  app.run(main, flags_parser=parse_flags)

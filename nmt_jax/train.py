@@ -190,6 +190,30 @@ def prepare_workdir(workdir: str):
                           'choose another --workdir') from None
 
 
+def write_config(workdir: str, config):
+  """Writes config.json, logging the fields that differ from the run the workdir had."""
+  path = os.path.join(workdir, 'config.json')
+  resolved = json.loads(config.to_json_best_effort())
+  if os.path.exists(path):
+    with open(path) as f:
+      before = _flatten(json.load(f))
+    changes = {k: (before.get(k), v) for k, v in _flatten(resolved).items() if before.get(k) != v}
+    if changes:
+      logging.warning('config differs from the workdir\'s config.json: %s', ', '.join(
+          f'{k}: {old!r} -> {new!r}' for k, (old, new) in sorted(changes.items())))
+  writers.write_json(path, resolved)
+
+
+def _flatten(tree, prefix=''):
+  flat = {}
+  for key, value in tree.items():
+    if isinstance(value, dict):
+      flat.update(_flatten(value, f'{prefix}{key}.'))
+    else:
+      flat[f'{prefix}{key}'] = value
+  return flat
+
+
 def checkpoint_meta(config, task: data.Task, step: int, validation: Optional[Dict] = None):
   return {'step': int(step), 'config': json.loads(config.to_json_best_effort()),
           'source_vocab': task.source_vocab.tokens, 'target_vocab': task.target_vocab.tokens,
@@ -264,7 +288,7 @@ def train_and_evaluate(config, workdir: str) -> Dict[str, Any]:
       state = state.replace(params=params, opt_state=jax.jit(optimizer.init)(params))
       logging.info('initialised from %s (step %d)', config.train.init_from, from_step)
     if lead:
-      writers.write_json(os.path.join(workdir, 'config.json'), json.loads(config.to_json_best_effort()))
+      write_config(workdir, config)
     writer = writers.MetricWriter(workdir, enabled=lead)
     evaluator = Evaluator(config, model, task, mesh)
     step_fn = jax.jit(functools.partial(train_step, model=model, optimizer=optimizer, config=config),

@@ -1,0 +1,199 @@
+"""The command line end to end: train -> eval -> translate, resume after SIGKILL, bad input."""
+
+import hashlib
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+
+from tests import conftest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+CONFIG = 'configs/global_general.py:tiny'
+# Small and quick: greedy final evaluation, a few validation sentences.
+QUICK = ['--config.decode.beam_size=1', '--config.train.eval_num_sentences=8']
+
+pytestmark = pytest.mark.slow
+
+
+def nmt(*args, check=True, input_text=None, timeout=600):
+  result = subprocess.run([sys.executable, '-m', 'nmt_jax.main', *args], cwd=ROOT,
+                          env=conftest.subprocess_env(), capture_output=True, text=True,
+                          input=input_text, timeout=timeout)
+  if check and result.returncode != 0:
+    raise AssertionError(f'exit {result.returncode}\n{result.stderr[-3000:]}')
+  return result
+
+
+def snapshot(workdir):
+  """{relative path: sha256} of every file under workdir."""
+  digest = {}
+  for base, _, files in os.walk(workdir):
+    for name in files:
+      path = os.path.join(base, name)
+      with open(path, 'rb') as f:
+        digest[os.path.relpath(path, workdir)] = hashlib.sha256(f.read()).hexdigest()
+  return digest
+
+
+def final_params(workdir, step):
+  from nmt_jax import checkpoint  # pylint: disable=g-import-not-at-top
+  ckpts = checkpoint.Checkpoints(workdir, create=False)
+  try:
+    restored = ckpts.manager.restore(step, args=checkpoint.ocp.args.Composite(
+        state=checkpoint.ocp.args.StandardRestore()))
+  finally:
+    ckpts.close()
+  import jax  # pylint: disable=g-import-not-at-top
+  return {jax.tree_util.keystr(p): np.asarray(v)
+          for p, v in jax.tree_util.tree_flatten_with_path(restored.state)[0]}
+
+
+@pytest.fixture(scope='module')
+def trained(tmp_path_factory):
+  workdir = str(tmp_path_factory.mktemp('runs') / 'tiny')
+  nmt(f'--config={CONFIG}', f'--workdir={workdir}', *QUICK)
+  return workdir
+
+
+def test_train_writes_the_workdir_contract(trained):
+  names = set(os.listdir(trained))
+  assert {'config.json', 'checkpoints', 'metrics.jsonl', 'eval_results.json'} <= names
+  assert any(n.startswith('events.out.tfevents') for n in names)
+  with open(os.path.join(trained, 'metrics.jsonl')) as f:
+    records = [json.loads(line) for line in f]
+  splits = {r['split'] for r in records}
+  assert {'train', 'valid', 'eval'} <= splits
+  train_record = next(r for r in records if r['split'] == 'train')
+  assert {'step', 'loss', 'tokens_per_sec'} <= set(train_record)
+  valid_record = next(r for r in records if r['split'] == 'valid')
+  assert {'step', 'loss', 'bleu', 'avg_window'} <= set(valid_record)
+  with open(os.path.join(trained, 'eval_results.json')) as f:
+    result = json.load(f)
+  assert 0 <= result['bleu'] <= 100 and 'tok:13a' in result['bleu_signature']
+  assert result['num_sentences'] == 32 and result['avg_window'] > 0
+  with open(os.path.join(trained, 'config.json')) as f:
+    assert json.load(f)['model']['attention']['kind'] == 'global'
+
+
+def test_eval_and_translate_modes(trained, tmp_path):
+  before = snapshot(os.path.join(trained, 'checkpoints'))
+  out = nmt(f'--config={CONFIG}', f'--workdir={trained}', '--mode=eval', *QUICK)
+  assert 'BLEU' in out.stderr
+  source = tmp_path / 'input.txt'
+  source.write_text('a b c\nf e d c b a\n\nb\n')
+  target = tmp_path / 'output.txt'
+  nmt(f'--config={CONFIG}', f'--workdir={trained}', '--mode=translate', f'--input={source}',
+      f'--output={target}', *QUICK)
+  lines = target.read_text().splitlines()
+  assert len(lines) == 3                  # the empty line is skipped
+  assert all(set(line.split()) <= set('abcdef') for line in lines)
+  piped = nmt(f'--config={CONFIG}', f'--workdir={trained}', '--mode=translate', *QUICK,
+              input_text='a b c\n')
+  assert piped.stdout.splitlines() == lines[:1]
+  assert snapshot(os.path.join(trained, 'checkpoints')) == before
+
+
+def test_resume_after_sigkill_follows_the_uninterrupted_run(tmp_path):
+  args = [f'--config={CONFIG}', *QUICK, '--config.train.num_steps=300',
+          '--config.train.checkpoint_every=25', '--config.train.eval_every=1000',
+          '--config.train.log_every=25', '--config.train.keep_checkpoints=20']
+  straight, interrupted = str(tmp_path / 'straight'), str(tmp_path / 'interrupted')
+  nmt(*args, f'--workdir={straight}')
+
+  process = subprocess.Popen([sys.executable, '-m', 'nmt_jax.main', *args,
+                              f'--workdir={interrupted}'], cwd=ROOT, env=conftest.subprocess_env(),
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+  checkpoints = os.path.join(interrupted, 'checkpoints')
+  deadline = time.time() + 300
+  while time.time() < deadline and process.poll() is None:
+    if os.path.isdir(checkpoints) and any(n.isdigit() for n in os.listdir(checkpoints)):
+      break
+    time.sleep(0.02)
+  process.send_signal(signal.SIGKILL)
+  process.wait()
+  assert process.returncode == -signal.SIGKILL, 'the run ended before it could be killed'
+  steps = [int(n) for n in os.listdir(checkpoints) if n.isdigit()]
+  assert steps and max(steps) < 300, steps
+
+  nmt(*args, f'--workdir={interrupted}')
+  a, b = final_params(straight, 300), final_params(interrupted, 300)
+  assert a.keys() == b.keys()
+  for key in a:
+    np.testing.assert_array_equal(a[key], b[key], err_msg=key)
+
+
+def _expect_error(result, *fragments):
+  assert result.returncode == 2, result.stderr[-2000:]
+  last = result.stderr.strip().splitlines()[-1]
+  assert last.startswith('error: '), result.stderr[-2000:]
+  for fragment in fragments:
+    assert fragment in last, last
+  assert 'Traceback' not in result.stderr
+
+
+@pytest.mark.parametrize('override,fragment', [
+    ('--config.model.attention.kind=bogus', 'model.attention.kind'),
+    ('--config.model.attention.score=dotty', 'model.attention.score'),
+    ('--config.model.hiden_size=8', 'Did you mean "hidden_size"'),
+    ('--config.model.hidden_size=0', 'model.hidden_size=0 must be > 0'),
+    ('--config.decode.beam_size=0', 'decode.beam_size=0 must be > 0'),
+    ('--config.train.batch_size=-4', 'train.batch_size=-4'),
+])
+def test_config_errors_are_one_line_and_touch_nothing(trained, override, fragment):
+  before = snapshot(trained)
+  _expect_error(nmt(f'--config={CONFIG}', f'--workdir={trained}', override, check=False), fragment)
+  assert snapshot(trained) == before
+
+
+def test_unwritable_workdir(tmp_path):
+  blocker = tmp_path / 'a_file'
+  blocker.write_text('not a directory')
+  _expect_error(nmt(f'--config={CONFIG}', f'--workdir={blocker}/run', check=False), 'not writable')
+
+
+def test_checkpoint_of_another_config_is_refused(trained, tmp_path):
+  workdir = str(tmp_path / 'copy')
+  shutil.copytree(trained, workdir)
+  before = snapshot(workdir)
+  result = nmt(f'--config={CONFIG}', f'--workdir={workdir}', '--config.model.hidden_size=32',
+               check=False)
+  _expect_error(result, 'does not match', 'shape')
+  assert snapshot(workdir) == before
+
+
+def test_nan_loss_stops_and_keeps_the_last_good_checkpoint(trained, tmp_path):
+  workdir = str(tmp_path / 'copy')
+  shutil.copytree(trained, workdir)
+  checkpoints = os.path.join(workdir, 'checkpoints')
+  before = snapshot(checkpoints)
+  result = nmt(f'--config={CONFIG}', f'--workdir={workdir}', *QUICK,
+               '--config.train.learning_rate=1e38', '--config.train.num_steps=12', check=False)
+  _expect_error(result, 'loss became', 'last good checkpoint')
+  assert snapshot(checkpoints) == before
+
+
+def test_translate_input_errors(trained, tmp_path):
+  empty = tmp_path / 'empty.txt'
+  empty.write_text('\n\n')
+  _expect_error(nmt(f'--config={CONFIG}', f'--workdir={trained}', '--mode=translate',
+                    f'--input={empty}', check=False), 'no input sentences')
+  _expect_error(nmt(f'--config={CONFIG}', f'--workdir={trained}', '--mode=translate',
+                    check=False, input_text='a b\na zz c\n'),
+                "token 'zz' on line 2 is not in the vocabulary")
+
+
+def test_eval_without_checkpoints(tmp_path):
+  _expect_error(nmt(f'--config={CONFIG}', f'--workdir={tmp_path}', '--mode=eval', check=False),
+                'has no checkpoints')
+
+
+def test_missing_config_file(tmp_path):
+  _expect_error(nmt('--config=configs/nope.py', f'--workdir={tmp_path}', check=False),
+                'config file configs/nope.py does not exist')
