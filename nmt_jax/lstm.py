@@ -120,10 +120,10 @@ lstm_recurrence.defvjp(_recurrence_fwd, _recurrence_bwd)
 
 
 def reverse_padded(x: jax.Array, lengths: jax.Array) -> jax.Array:
-  """Reverses each row of x [B, T, ...] within its length; padding stays put."""
-  t = jnp.arange(x.shape[1])[None, :]                                     # [1, T]
-  index = jnp.where(t < lengths[:, None], lengths[:, None] - 1 - t, t)    # [B, T]
-  return jnp.take_along_axis(x, index.reshape(index.shape + (1,) * (x.ndim - 2)), axis=1)
+  """Reverses each column of time-major x [T, B, ...] within its length; padding stays put."""
+  t = jnp.arange(x.shape[0])[:, None]                                     # [T, 1]
+  index = jnp.where(t < lengths[None, :], lengths[None, :] - 1 - t, t)    # [T, B]
+  return jnp.take_along_axis(x, index.reshape(index.shape + (1,) * (x.ndim - 2)), axis=0)
 
 
 class LSTM(nn.Module):
@@ -138,18 +138,17 @@ class LSTM(nn.Module):
 
   @nn.compact
   def __call__(self, x: jax.Array, lengths: jax.Array):
-    """x [B, T, in], lengths [B] -> outputs [B, T, H], final carry (c, h)."""
-    length = x.shape[1]
+    """Time-major x [T, B, in], lengths [B] -> outputs [T, B, H], final carry (c, h) [B, H]."""
+    length = x.shape[0]
     h_size = self.features
     w_x = self.param('input_kernel', nn.initializers.lecun_normal(), (x.shape[-1], 4 * h_size))
     w_h = self.param('recurrent_kernel', nn.initializers.orthogonal(), (h_size, 4 * h_size))
     b = self.param('bias', forget_bias_init(h_size, self.forget_bias), (4 * h_size,))
     if self.reverse:
       x = reverse_padded(x, lengths)
-    x_gates = jnp.einsum('bti,ig->tbg', x, w_x) + b                       # [T, B, 4H]
+    x_gates = x @ w_x + b                                                  # [T, B, 4H]
     valid = (jnp.arange(length)[:, None, None] < lengths[None, :, None]).astype(x_gates.dtype)
     outputs, carry = lstm_recurrence(x_gates, w_h, valid)                  # [T, B, H]
-    outputs = jnp.swapaxes(outputs, 0, 1)                                  # [B, T, H]
     if self.reverse:
       outputs = reverse_padded(outputs, lengths)
     return outputs, carry
@@ -162,7 +161,7 @@ class BiLSTM(nn.Module):
 
   @nn.compact
   def __call__(self, x, lengths):
-    """x [B, T, in] -> outputs [B, T, H], final carry (c, h) [B, H] (fwd ++ bwd)."""
+    """Time-major x [T, B, in] -> outputs [T, B, H], final carry (c, h) [B, H] (fwd ++ bwd)."""
     half = self.features // 2
     out_f, (c_f, h_f) = LSTM(half, self.forget_bias, name='forward')(x, lengths)
     out_b, (c_b, h_b) = LSTM(half, self.forget_bias, reverse=True, name='backward')(x, lengths)

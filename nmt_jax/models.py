@@ -77,7 +77,9 @@ class Encoder(nn.Module):
   def __call__(self, source, lengths, train=False):
     """source [B, S] int -> memory [B, S, H], per-layer final (c, h) [B, H]."""
     cfg = self.config
-    x = nn.Embed(self.vocab_size, cfg.embed_size, name='embed')(source)
+    # Time-major inside: the LSTM scans need [S, B, ...], and transposing the
+    # ids is cheaper than transposing every layer's activations.
+    x = nn.Embed(self.vocab_size, cfg.embed_size, name='embed')(source.T)  # [S, B, E]
     finals = []
     for layer in range(cfg.num_encoder_layers):
       x = nn.Dropout(cfg.dropout)(x, deterministic=not train)
@@ -87,7 +89,7 @@ class Encoder(nn.Module):
       else:
         x, final = lstm.LSTM(cfg.hidden_size, cfg.forget_bias, name=f'layer_{layer}')(x, lengths)
       finals.append(final)
-    return x, finals
+    return jnp.swapaxes(x, 0, 1), finals                                   # [B, S, H]
 
 
 class Decoder(nn.Module):
@@ -174,16 +176,17 @@ class Decoder(nn.Module):
 
   def __call__(self, cache, state, target_in, train=False, with_weights=False):
     """Teacher forcing: target_in [B, T] -> logits [B, T, V], diagnostics [B, T, ...]."""
-    emb = self.dropout(self.embed(target_in), deterministic=not train)     # [B, T, E]
-    x_gates = self.input_proj(emb)                                         # [B, T, 4H]
+    # Time-major inside (see Encoder); only htilde [T, B, H] is transposed back.
+    emb = self.dropout(self.embed(target_in.T), deterministic=not train)   # [T, B, E]
+    x_gates = self.input_proj(emb)                                         # [T, B, 4H]
     def body(mdl, carry, xs):
       carry, htilde, diagnostics = mdl.step(carry, cache, xs[0], xs[1], train, with_weights)
       return carry, (htilde, diagnostics)
 
-    scan = nn.scan(body, variable_broadcast='params', split_rngs={'params': False, 'dropout': True},
-                   in_axes=1, out_axes=1)
-    _, (htildes, diagnostics) = scan(self, state, (emb, x_gates))
-    return self.logits(htildes), diagnostics
+    scan = nn.scan(body, variable_broadcast='params', split_rngs={'params': False, 'dropout': True})
+    _, (htildes, diagnostics) = scan(self, state, (emb, x_gates))         # [T, B, ...]
+    batch_major = lambda x: jnp.swapaxes(x, 0, 1)
+    return self.logits(batch_major(htildes)), jax.tree_util.tree_map(batch_major, diagnostics)
 
   def decode_step(self, state, cache, tokens, with_weights=False):
     """tokens [B] int -> state, logits [B, V], diagnostics."""

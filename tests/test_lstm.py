@@ -34,9 +34,10 @@ def test_lstm_matches_flax_lstm_cell():
   x = jnp.asarray(rng.normal(size=(3, 6, 5)), jnp.float32)
   lengths = jnp.array([6, 2, 4])
   layer = lstm.LSTM(7, forget_bias=1.0)
-  params = layer.init(jax.random.key(0), x, lengths)['params']
+  params = layer.init(jax.random.key(0), jnp.swapaxes(x, 0, 1), lengths)['params']
   params = jax.tree_util.tree_map(lambda p: p + 0.1 * jax.random.normal(jax.random.key(1), p.shape), params)
-  out, (c, h) = layer.apply({'params': params}, x, lengths)
+  out, (c, h) = layer.apply({'params': params}, jnp.swapaxes(x, 0, 1), lengths)
+  out = jnp.swapaxes(out, 0, 1)
   ref_out, (ref_c, ref_h) = _flax_reference(params, x, lengths, 7)
   mask = (jnp.arange(6)[None, :] < lengths[:, None])[..., None]
   np.testing.assert_allclose(jnp.where(mask, out, 0), jnp.where(mask, ref_out, 0), atol=1e-5)
@@ -92,17 +93,20 @@ def test_padding_never_changes_valid_outputs():
   noisy = jnp.where((jnp.arange(5)[None, :] < lengths[:, None])[..., None], x, 100.0)
   padded = jnp.concatenate([x, jnp.ones((3, 3, 4))], 1)     # longer padding
   layer = lstm.BiLSTM(6)
-  params = layer.init(jax.random.key(0), x, lengths)
+  time_major = lambda a: jnp.swapaxes(a, 0, 1)
+  params = layer.init(jax.random.key(0), time_major(x), lengths)
   mask = (jnp.arange(5)[None, :] < lengths[:, None])[..., None]
-  out, carry = layer.apply(params, x, lengths)
+  out, carry = layer.apply(params, time_major(x), lengths)
+  out = time_major(out)
   for other in (noisy, padded):
-    out2, carry2 = layer.apply(params, other, lengths)
+    out2, carry2 = layer.apply(params, time_major(other), lengths)
+    out2 = time_major(out2)
     np.testing.assert_allclose(jnp.where(mask, out2[:, :5], 0), jnp.where(mask, out, 0), atol=1e-6)
     for a, b in zip(carry, carry2):
       np.testing.assert_allclose(a, b, atol=1e-6)
 
 
 def test_reverse_padded():
-  x = jnp.arange(10).reshape(2, 5)[..., None]
-  out = lstm.reverse_padded(x, jnp.array([3, 5]))[..., 0]
+  x = jnp.arange(10).reshape(2, 5).T[..., None]                 # [T=5, B=2, 1]
+  out = lstm.reverse_padded(x, jnp.array([3, 5]))[..., 0].T
   np.testing.assert_array_equal(out, [[2, 1, 0, 3, 4], [9, 8, 7, 6, 5]])
