@@ -13,8 +13,12 @@ A config file calls `get_config(arg)` and changes what its experiment needs:
   ''/None      CPU-sized copy task (L = 20, 128 units): trains in minutes on a laptop.
   'copyN'      Britz et al. 2017 §4.1 copy setup at L = N (2-layer bi-LSTM encoder, 2-layer
                decoder, 256 units, batch 128, Adam 1e-4, dropout 0.2, beam 10, up to 200k steps).
+  'chunk'      the chunk_reverse reordering task instead of copy.
+  'wmt17_de_en' Britz et al. 2017 §4.2 WMT'17 setup (512 units, BPE 16k, batch 128, beam 10).
+  'shu_de_en'  Shu & Nakayama 2017 WMT'15 De-En setup (Bahdanau base model, 50k words, beam 20).
   'tiny'       test-sized model (16 units, few steps) for the test suite.
-Presets compose with commas: `copy100,tiny`.
+Presets compose with commas: `copy100,tiny`. The two real-corpus presets need
+TFDS data (a later issue); until then they stop with a clear error.
 """
 
 import math
@@ -22,7 +26,7 @@ import math
 import ml_collections
 from ml_collections import config_dict
 
-PRESETS = ('copyN', 'tiny', 'chunk')
+PRESETS = ('copyN', 'chunk', 'wmt17_de_en', 'shu_de_en', 'tiny')
 
 
 def get_config(arg=None):
@@ -90,7 +94,10 @@ def get_config(arg=None):
   config.model.attention.num_memory = 64
   config.model.attention.encoder_scoring = 'softmax_slots'
   config.model.attention.decoder_scoring = 'softmax'
-  config.model.attention.position_encoding = False
+  # Memory attention position encodings: 'none', 'renorm' (paper: masked and
+  # renormalised over time), 'renorm_mean1' (mean 1 instead of sum 1, a labelled
+  # deviation) or 'unnormalized' (xnmt).
+  config.model.attention.position_encoding = 'none'
   # Longest source (incl. EOS) for 'location' scores and position encodings.
   # None: derived from the data (max_length + 1).
   config.model.attention.max_source_length = config_dict.placeholder(int)
@@ -144,6 +151,17 @@ def get_config(arg=None):
   return config
 
 
+def sibling_config(config_file: str, name: str, arg=None):
+  """get_config(arg) of configs/<name>.py next to `config_file` (configs build on each other)."""
+  import importlib.util  # pylint: disable=g-import-not-at-top
+  import os  # pylint: disable=g-import-not-at-top
+  path = os.path.join(os.path.dirname(os.path.abspath(config_file)), f'{name}.py')
+  spec = importlib.util.spec_from_file_location(f'nmt_jax_config_{name}', path)
+  module = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(module)
+  return module.get_config(arg)
+
+
 def _apply_preset(config, preset):
   if not preset:
     return
@@ -166,6 +184,42 @@ def _apply_preset(config, preset):
     config.decode.beam_size = 10
   elif preset == 'chunk':
     config.data.name = 'chunk_reverse'
+  elif preset == 'wmt17_de_en':
+    # Britz, Guan & Luong 2017 §4.2 (they translate en->de: swap the languages for that).
+    config.data.name = 'tfds:wmt17_translate/de-en'
+    config.data.source_lang, config.data.target_lang = 'de', 'en'
+    config.data.max_length = 50
+    config.model.embed_size = config.model.hidden_size = 512
+    config.model.num_encoder_layers = config.model.num_decoder_layers = 2
+    config.model.dropout = 0.2
+    config.train.batch_size = 128
+    config.train.learning_rate = 1e-4
+    config.train.num_steps = 1_000_000
+    config.train.eval_every = config.train.checkpoint_every = 10_000
+    config.decode.beam_size = 10
+  elif preset == 'shu_de_en':
+    # Shu & Nakayama 2017 §5.1: RNNsearch (Bahdanau) base model on WMT'15 De-En.
+    # Their encoder has 1000 units per direction; ours splits hidden_size between
+    # the two directions (a documented deviation).
+    config.data.name = 'tfds:wmt15_translate/de-en'
+    config.data.source_lang, config.data.target_lang = 'de', 'en'
+    config.data.max_length = 50
+    config.model.embed_size = config.model.hidden_size = 1000
+    config.model.num_encoder_layers = config.model.num_decoder_layers = 1
+    config.model.query = 'previous'
+    config.model.input_feeding = False
+    config.model.output_hidden_size = 600
+    config.model.attention.score = 'concat'
+    config.model.attention.sigma = 1.5
+    config.model.dropout = 0.0
+    config.train.batch_size = 64
+    config.train.learning_rate = 1e-4
+    config.train.schedule = 'halve'
+    config.train.halve_from_epoch = 4
+    config.train.clip_norm = 3.0
+    config.train.num_steps = 360_000          # ~6 epochs of 3.8M pairs at batch 64
+    config.train.eval_every = config.train.checkpoint_every = 10_000
+    config.decode.beam_size = 20
   elif preset == 'tiny':
     config.data.max_length = 8
     config.data.num_symbols = 6
@@ -200,6 +254,7 @@ SCORES = ('dot', 'general', 'concat', 'location')
 ENCODER_SCORINGS = ('softmax_slots', 'softmax_time', 'sigmoid')
 DECODER_SCORINGS = ('softmax', 'sigmoid')
 SCHEDULES = ('constant', 'halve', 'warmup_rsqrt')
+POSITION_ENCODINGS = ('none', 'renorm', 'renorm_mean1', 'unnormalized')
 
 
 def _fail(field, value, why, fix):
@@ -248,6 +303,7 @@ def validate(config):
   _choice(config, 'model.attention.score', SCORES)
   _choice(config, 'model.attention.encoder_scoring', ENCODER_SCORINGS)
   _choice(config, 'model.attention.decoder_scoring', DECODER_SCORINGS)
+  _choice(config, 'model.attention.position_encoding', POSITION_ENCODINGS)
   _choice(config, 'model.query', ('current', 'previous'))
   _choice(config, 'model.bridge', ('dense', 'copy', 'zero'))
   _choice(config, 'model.bidirectional', ('bottom', 'all', 'none'))
@@ -268,6 +324,18 @@ def validate(config):
   if config.data.name == 'chunk_reverse' and config.data.num_symbols < 2:
     _fail('data.num_symbols', config.data.num_symbols, 'must be >= 2 for chunk_reverse',
           'use e.g. 20')
-  if model.attention.max_source_length is None:
-    model.attention.max_source_length = config.data.max_length + 1
+  attention = model.attention
+  if attention.kind == 'local_p' and attention.window < 1:
+    _fail('model.attention.window', attention.window, 'must be >= 1 for local_p (sigma = D / 2)',
+          'use e.g. 10')
+  if config.train.beta and attention.kind != 'flexible':
+    _fail('train.beta', config.train.beta, f'rewards flexible attention\'s g(t), but kind is '
+          f'{attention.kind!r}', 'set --config.train.beta=0')
+  if attention.max_source_length is None:
+    attention.max_source_length = config.data.max_length + 1
+  if attention.kind == 'memory' and attention.position_encoding != 'none' and \
+      attention.max_source_length < config.data.max_length + 1:
+    _fail('model.attention.max_source_length', attention.max_source_length,
+          f'is shorter than the longest source (data.max_length + 1 = {config.data.max_length + 1}) '
+          'and position encodings cover only that many positions', 'raise it or leave it unset')
   return config

@@ -149,7 +149,7 @@ class Decoder(nn.Module):
     if self.attention is not None and cfg.query == 'previous':
       # Bahdanau: attend from h_{t-1}; the context feeds this step's LSTM.
       context, attention_state, diagnostics = self.attention(
-          prev_h, cache, attention_state, step_inputs, with_weights)
+          prev_h, cache, attention_state, step_inputs, with_weights, train)
       extra.append(context)
     if self.attention is not None and cfg.input_feeding:
       extra.append(state.feed)
@@ -162,7 +162,7 @@ class Decoder(nn.Module):
       if cfg.query == 'current':
         # Luong: attend from h_t.
         context, attention_state, diagnostics = self.attention(
-            h, cache, attention_state, step_inputs, with_weights)
+            h, cache, attention_state, step_inputs, with_weights, train)
       htilde = jnp.tanh(self.combine(jnp.concatenate([context, h], axis=-1)))
     htilde = self.dropout(htilde, deterministic=not train)
     state = DecoderState(lstm=carries, feed=htilde, attention=attention_state, t=state.t + 1)

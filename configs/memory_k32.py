@@ -1,0 +1,14 @@
+"""Britz, Guan & Luong 2017 memory attention with K = 32 slots (no position encodings).
+
+  python -m nmt_jax.main --config=configs/memory_k32.py --workdir=runs/memory_k32
+  python -m nmt_jax.main --config=configs/memory_k32.py:copy200 --workdir=runs/memory_k32_copy200
+"""
+
+from nmt_jax import default_config
+
+
+def get_config(arg=None):
+  config = default_config.get_config(arg)
+  config.model.attention.kind = 'memory'
+  config.model.attention.num_memory = 32
+  return config
