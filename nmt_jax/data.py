@@ -51,16 +51,17 @@ def symbol_names(num_symbols: int) -> List[str]:
   return [f'w{i}' for i in range(num_symbols)]
 
 
-def copy_examples(num: int, max_length: int, num_symbols: int, rng) -> List[Tuple[np.ndarray, np.ndarray]]:
-  """Britz et al. 4.1: random symbols, lengths uniform in 1..max_length, target = source."""
-  lengths = rng.integers(1, max_length + 1, size=num)
+def copy_examples(num: int, min_length: int, max_length: int, num_symbols: int,
+                  rng) -> List[Tuple[np.ndarray, np.ndarray]]:
+  """Britz et al. 4.1: random symbols, lengths uniform in min..max_length, target = source."""
+  lengths = rng.integers(min_length, max_length + 1, size=num)
   flat = rng.integers(0, num_symbols, size=int(lengths.sum()))
   pieces = np.split(flat, np.cumsum(lengths)[:-1])
   return [(p, p) for p in pieces]
 
 
-def chunk_reverse_examples(num: int, max_length: int, num_symbols: int, chunk_size: int,
-                           rng) -> List[Tuple[np.ndarray, np.ndarray]]:
+def chunk_reverse_examples(num: int, min_length: int, max_length: int, num_symbols: int,
+                           chunk_size: int, rng) -> List[Tuple[np.ndarray, np.ndarray]]:
   """Chunks reversed, each chunk's order kept: 'a b X c Y' -> 'c Y a b X'.
 
   The last `max(1, num_symbols // 5)` symbols end a chunk and appear nowhere
@@ -71,7 +72,7 @@ def chunk_reverse_examples(num: int, max_length: int, num_symbols: int, chunk_si
   num_end = max(1, num_symbols // 5)
   num_inner = num_symbols - num_end
   examples = []
-  for length in rng.integers(1, max_length + 1, size=num):
+  for length in rng.integers(min_length, max_length + 1, size=num):
     chunks, left = [], int(length)
     while left:
       size = min(int(rng.integers(1, chunk_size + 1)), left)
@@ -85,6 +86,9 @@ def chunk_reverse_examples(num: int, max_length: int, num_symbols: int, chunk_si
 def load_task(data_config, seed: int) -> Task:
   """Builds the task named by `data_config.name` (only embedded tasks so far)."""
   name = data_config.name
+  if name.startswith(('tfds:', 'text:')):
+    raise DataError(f'data.name={name!r}: real corpora (TFDS, plain text) are not supported yet; '
+                    f'use one of {", ".join(EMBEDDED_TASKS)}')
   if name not in EMBEDDED_TASKS:
     raise DataError(f'unknown data.name {name!r}: use one of {", ".join(EMBEDDED_TASKS)}')
   symbols = symbol_names(data_config.num_symbols)
@@ -94,10 +98,11 @@ def load_task(data_config, seed: int) -> Task:
   def make(num, split_id):
     rng = np.random.default_rng([seed, split_id])
     if name == 'copy':
-      pairs = copy_examples(num, data_config.max_length, data_config.num_symbols, rng)
+      pairs = copy_examples(num, data_config.min_length, data_config.max_length,
+                            data_config.num_symbols, rng)
     else:
-      pairs = chunk_reverse_examples(num, data_config.max_length, data_config.num_symbols,
-                                     data_config.chunk_size, rng)
+      pairs = chunk_reverse_examples(num, data_config.min_length, data_config.max_length,
+                                     data_config.num_symbols, data_config.chunk_size, rng)
     source = [np.append(s + offset, EOS).astype(np.int32) for s, _ in pairs]
     target = [np.append(t + offset, EOS).astype(np.int32) for _, t in pairs]
     return Split(source, target, [vocab.decode(s) for s in source], [vocab.decode(t) for t in target])

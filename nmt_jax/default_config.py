@@ -42,8 +42,9 @@ def get_config(arg=None):
   # Translation direction for real corpora (unused by the embedded tasks).
   config.data.source_lang = 'de'
   config.data.target_lang = 'en'
-  # Embedded tasks: longest sequence L (lengths are uniform in 1..L).
+  # Embedded tasks: longest sequence L; lengths are uniform in min_length..L.
   config.data.max_length = 20
+  config.data.min_length = 1
   # Number of distinct symbols of the embedded tasks (Britz: 20).
   config.data.num_symbols = 20
   # chunk_reverse: longest chunk (chunks have 1..chunk_size tokens).
@@ -292,7 +293,7 @@ def validate(config):
                 'train.checkpoint_every', 'train.keep_checkpoints', 'train.eval_beam_size',
                 'train.eval_num_sentences', 'decode.beam_size', 'decode.max_length_ratio',
                 'decode.max_length_offset', 'decode.batch_size', 'data.max_length',
-                'data.num_symbols', 'data.num_train', 'data.num_eval', 'data.num_buckets',
+                'data.min_length', 'data.num_symbols', 'data.num_train', 'data.num_eval', 'data.num_buckets',
                 'data.chunk_size', 'model.attention.num_memory', 'model.attention.sigma'):
     _positive(config, field)
   for field in ('model.attention.window', 'model.attention.tau', 'train.clip_norm',
@@ -321,6 +322,9 @@ def validate(config):
   if model.bridge == 'copy' and model.num_encoder_layers != model.num_decoder_layers:
     _fail('model.bridge', model.bridge, 'needs as many encoder as decoder layers',
           "use --config.model.bridge=dense")
+  if config.data.min_length > config.data.max_length:
+    _fail('data.min_length', config.data.min_length,
+          f'exceeds data.max_length={config.data.max_length}', 'lower it')
   if config.data.name == 'chunk_reverse' and config.data.num_symbols < 2:
     _fail('data.num_symbols', config.data.num_symbols, 'must be >= 2 for chunk_reverse',
           'use e.g. 20')

@@ -323,14 +323,19 @@ def test_beam_one_equals_greedy_and_state_follows_the_beams(kind, extra):
   # teacher-forcing it: its recurrent attention state (p_{t-1}, ...) was reordered with it.
   beam3 = jax.jit(functools.partial(decode.beam_search, model, beam_size=3, alpha=0.6, ratio=1.5,
                                     offset=2, with_diagnostics=True))(params, source)
+  hyps = []
   for row in range(source.shape[0]):
     tokens = list(np.asarray(beam3.tokens[row]))
-    hyp = tokens[:tokens.index(2) + 1]
-    target_in = np.array([[1] + hyp[:-1]], np.int32)
-    _, forced = model.apply({'params': params}, source[row:row + 1], target_in, with_weights=True)
-    np.testing.assert_allclose(beam3.diagnostics['weights'][row, :len(hyp)], forced['weights'][0],
-                               atol=1e-5)
-    np.testing.assert_allclose(beam3.diagnostics['window'][row, :len(hyp)], forced['window'][0])
+    hyps.append(tokens[:tokens.index(2) + 1])
+  length = max(len(h) for h in hyps)
+  target_in = np.array([[1] + h[:-1] + [PAD] * (length - len(h)) for h in hyps], np.int32)
+  forced = jax.jit(lambda s, t: model.apply({'params': params}, s, t, with_weights=True)[1])(
+      source, target_in)
+  for row, hyp in enumerate(hyps):
+    np.testing.assert_allclose(beam3.diagnostics['weights'][row, :len(hyp)],
+                               forced['weights'][row, :len(hyp)], atol=1e-5)
+    np.testing.assert_allclose(beam3.diagnostics['window'][row, :len(hyp)],
+                               forced['window'][row, :len(hyp)])
 
 
 @pytest.mark.parametrize('kind,extra', BEAM_VARIANTS)

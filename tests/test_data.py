@@ -29,8 +29,13 @@ def test_copy_task_is_deterministic_and_well_formed():
     lengths.append(len(src) - 1)
   assert min(lengths) == 1 and max(lengths) == 7          # uniform in 1..L
   assert task.max_length == 8
-  other, _ = data.load_task(config.data, seed=1), None
+  other = data.load_task(config.data, seed=1)
   assert any(len(a) != len(b) or np.any(a != b) for a, b in zip(task.train.source, other.train.source))
+
+
+def test_min_length():
+  task, _ = _task(num_train=200, max_length=9, min_length=6)
+  assert {len(s) - 1 for s in task.train.source} == {6, 7, 8, 9}
 
 
 def test_chunk_reverse_reverses_chunks_and_keeps_their_order():
