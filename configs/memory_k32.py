@@ -1,4 +1,4 @@
-"""Britz, Guan & Luong 2017 memory attention with K = 32 slots (no position encodings).
+"""Britz, Guan & Luong 2017 memory attention with K = 32 slots (memory_k64.py with K = 32).
 
   python -m nmt_jax.main --config=configs/memory_k32.py --workdir=runs/memory_k32
   python -m nmt_jax.main --config=configs/memory_k32.py:copy200 --workdir=runs/memory_k32_copy200
@@ -8,13 +8,6 @@ from nmt_jax import default_config
 
 
 def get_config(arg=None):
-  config = default_config.get_config(arg)
-  config.model.attention.kind = 'memory'
-  # Britz et al. report the best scoring combination per task. Softmax over time
-  # for each slot (neulab/xnmt's reading) learns the copy task far faster than
-  # the paper-literal softmax over slots: validation BLEU 99.0 vs 47.8 after
-  # ~1,200 steps of the default CPU config. The literal form is one override away:
-  # --config.model.attention.encoder_scoring=softmax_slots
-  config.model.attention.encoder_scoring = 'softmax_time'
+  config = default_config.sibling_config(__file__, 'memory_k64', arg)
   config.model.attention.num_memory = 32
   return config

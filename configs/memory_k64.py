@@ -1,5 +1,7 @@
 """Britz, Guan & Luong 2017 memory attention with K = 64 slots (no position encodings).
 
+The README's main command. memory_k32.py and memory_k64_pe.py build on this file.
+
   python -m nmt_jax.main --config=configs/memory_k64.py --workdir=runs/memory_k64
   python -m nmt_jax.main --config=configs/memory_k64.py:copy200 --workdir=runs/memory_k64_copy200
 """

@@ -1,4 +1,7 @@
-"""Britz, Guan & Luong 2017 memory attention, K = 64, with position encodings (paper: masked, renormalised over time).
+"""Britz, Guan & Luong 2017 memory attention, K = 64, with position encodings.
+
+Position encodings as in the paper: masked past each sentence and
+renormalised over time ('renorm'); see nmt_jax/default_config.py for the variants.
 
   python -m nmt_jax.main --config=configs/memory_k64_pe.py --workdir=runs/memory_k64_pe
   python -m nmt_jax.main --config=configs/memory_k64_pe.py:copy200 --workdir=runs/memory_k64_pe_copy200
@@ -8,14 +11,6 @@ from nmt_jax import default_config
 
 
 def get_config(arg=None):
-  config = default_config.get_config(arg)
-  config.model.attention.kind = 'memory'
-  # Britz et al. report the best scoring combination per task. Softmax over time
-  # for each slot (neulab/xnmt's reading) learns the copy task far faster than
-  # the paper-literal softmax over slots: validation BLEU 99.0 vs 47.8 after
-  # ~1,200 steps of the default CPU config. The literal form is one override away:
-  # --config.model.attention.encoder_scoring=softmax_slots
-  config.model.attention.encoder_scoring = 'softmax_time'
-  config.model.attention.num_memory = 64
+  config = default_config.sibling_config(__file__, 'memory_k64', arg)
   config.model.attention.position_encoding = 'renorm'
   return config

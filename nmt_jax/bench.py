@@ -126,15 +126,8 @@ def dense_flops(model_config, batch: int, source_len: int, target_len: int, voca
 def bench_train(config, steps: int, repeats: int) -> Dict[str, Any]:
   import jax  # pylint: disable=g-import-not-at-top
   import numpy as np  # pylint: disable=g-import-not-at-top
-  from nmt_jax import data, default_config, parallel, train  # pylint: disable=g-import-not-at-top
-  config = default_config.validate(config)
-  task = data.load_task(config.data, config.seed)
-  boundaries = data.bucket_boundaries(task.max_length, config.data.num_buckets)
-  batches = data.TrainBatches(task.train, config.train.batch_size, boundaries, config.seed)
-  model = train.create_model(config, task)
-  optimizer, _ = train.create_optimizer(config.train, batches.num_batches)
-  mesh = parallel.make_mesh()
-  state = train.init_state(config, model, optimizer, mesh, data.dummy_batch(1, boundaries[0]))
+  from nmt_jax import data, parallel, train  # pylint: disable=g-import-not-at-top
+  config, task, boundaries, batches, model, optimizer, _, mesh, state = train.build(config)
   step_fn = jax.jit(functools.partial(train.train_step, model=model, optimizer=optimizer,
                                       config=config), donate_argnums=0)
   # Compile every bucket shape ahead of time.

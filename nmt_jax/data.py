@@ -14,7 +14,7 @@ import numpy as np
 
 from nmt_jax import vocab as vocab_lib
 from nmt_jax.errors import DataError
-from nmt_jax.vocab import BOS, EOS, PAD
+from nmt_jax.vocab import BOS, EOS
 
 Batch = Dict[str, np.ndarray]
 

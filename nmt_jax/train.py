@@ -11,13 +11,12 @@ import json
 import math
 import os
 import time
-from typing import Any, Dict, Optional
+from typing import Any, Dict, List, NamedTuple, Optional
 
 from absl import logging
 import flax
 import jax
 import jax.numpy as jnp
-import numpy as np
 import optax
 
 from nmt_jax import checkpoint
@@ -117,6 +116,33 @@ def eval_step(params, batch, *, model):
   logits, _ = model.apply({'params': params}, batch['source'], batch['target_in'])
   loss_sum, tokens = cross_entropy(logits, batch['target_out'])
   return {'loss_sum': loss_sum, 'tokens': tokens}
+
+
+class Setup(NamedTuple):
+  """What a training run is made of."""
+  config: Any
+  task: data.Task
+  boundaries: List[int]
+  batches: data.TrainBatches
+  model: models.Seq2Seq
+  optimizer: Any
+  schedule: Any
+  mesh: Any
+  state: TrainState
+
+
+def build(config) -> Setup:
+  """Validated config -> data, model, optimizer and the initial (step 0) state."""
+  config = default_config.validate(config)
+  task = data.load_task(config.data, config.seed)
+  boundaries = data.bucket_boundaries(task.max_length, config.data.num_buckets)
+  batches = data.TrainBatches(task.train, config.train.batch_size, boundaries, config.seed)
+  mesh = parallel.make_mesh()
+  parallel.check_divisible(config.train.batch_size, mesh, 'train.batch_size')
+  model = create_model(config, task)
+  optimizer, schedule = create_optimizer(config.train, batches.num_batches)
+  state = init_state(config, model, optimizer, mesh, data.dummy_batch(1, boundaries[0]))
+  return Setup(config, task, boundaries, batches, model, optimizer, schedule, mesh, state)
 
 
 def init_state(config, model, optimizer, mesh, sample_batch) -> TrainState:
@@ -260,14 +286,7 @@ def train_and_evaluate(config, workdir: str) -> Dict[str, Any]:
   lead = jax.process_index() == 0
 
   # ------------------------------------------------------------- data and model
-  task = data.load_task(config.data, config.seed)
-  boundaries = data.bucket_boundaries(task.max_length, config.data.num_buckets)
-  batches = data.TrainBatches(task.train, config.train.batch_size, boundaries, config.seed)
-  mesh = parallel.make_mesh()
-  parallel.check_divisible(config.train.batch_size, mesh, 'train.batch_size')
-  model = create_model(config, task)
-  optimizer, schedule = create_optimizer(config.train, batches.num_batches)
-  state = init_state(config, model, optimizer, mesh, data.dummy_batch(1, boundaries[0]))
+  config, task, _, batches, model, optimizer, schedule, mesh, state = build(config)
   logging.info('model: %s parameters; %d training batches per epoch',
                f'{sum(x.size for x in jax.tree_util.tree_leaves(state.params)):,}',
                batches.num_batches)

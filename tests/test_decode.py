@@ -4,12 +4,10 @@ import functools
 import itertools
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 import pytest
 
 from nmt_jax import decode
-from nmt_jax import models
 from nmt_jax.vocab import BOS, EOS, PAD
 from tests import helpers
 

@@ -5,13 +5,10 @@ import functools
 import jax
 import jax.numpy as jnp
 import numpy as np
-import optax
 import pytest
 
-from nmt_jax import data
 from nmt_jax import default_config
 from nmt_jax import errors
-from nmt_jax import parallel
 from nmt_jax import train
 from nmt_jax.vocab import PAD
 from tests import helpers
@@ -85,14 +82,10 @@ def test_unknown_preset():
 def test_a_few_steps_reduce_the_loss():
   config = helpers.tiny_config('global', 'general')
   config.train.learning_rate = 1e-2
-  task = data.load_task(config.data, config.seed)
-  boundaries = data.bucket_boundaries(task.max_length, config.data.num_buckets)
-  batches = data.TrainBatches(task.train, config.train.batch_size, boundaries, config.seed)
-  model = train.create_model(config, task)
-  optimizer, _ = train.create_optimizer(config.train, batches.num_batches)
-  mesh = parallel.make_mesh()
-  state = train.init_state(config, model, optimizer, mesh, data.dummy_batch(1, boundaries[0]))
-  step = jax.jit(functools.partial(train.train_step, model=model, optimizer=optimizer, config=config))
+  setup = train.build(config)
+  state, batches = setup.state, setup.batches
+  step = jax.jit(functools.partial(train.train_step, model=setup.model,
+                                    optimizer=setup.optimizer, config=setup.config))
   fixed = batches.batch(0)
   losses = []
   for _ in range(15):
