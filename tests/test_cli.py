@@ -197,3 +197,33 @@ def test_eval_without_checkpoints(tmp_path):
 def test_missing_config_file(tmp_path):
   _expect_error(nmt('--config=configs/nope.py', f'--workdir={tmp_path}', check=False),
                 'config file configs/nope.py does not exist')
+
+
+@pytest.fixture(scope='module')
+def trained_flexible(tmp_path_factory):
+  workdir = str(tmp_path_factory.mktemp('runs') / 'flexible')
+  nmt('--config=configs/flexible.py:tiny', f'--workdir={workdir}', *QUICK)
+  return workdir
+
+
+def test_flexible_finetuning_runs_from_a_trained_workdir(trained_flexible, tmp_path):
+  workdir = str(tmp_path / 'finetune')
+  out = nmt('--config=configs/flexible_finetune.py:tiny', f'--workdir={workdir}', *QUICK,
+            f'--config.train.init_from={trained_flexible}', '--config.model.attention.tau=1.2')
+  assert 'initialised from' in out.stderr
+  with open(os.path.join(workdir, 'eval_results.json')) as f:
+    result = json.load(f)
+  # tau = 1.2 drops positions: the window is a fraction of the source, not all of it.
+  assert 0 < result['avg_window_fraction'] < 1
+
+
+def test_init_from_another_kind_or_shape_is_refused(trained, trained_flexible, tmp_path):
+  _expect_error(nmt('--config=configs/flexible_finetune.py:tiny', f'--workdir={tmp_path}/a',
+                    f'--config.train.init_from={trained}', check=False),
+                "trained attention kind 'global'")
+  _expect_error(nmt('--config=configs/flexible_finetune.py:tiny', f'--workdir={tmp_path}/b',
+                    f'--config.train.init_from={trained_flexible}', '--config.model.hidden_size=24',
+                    check=False), 'does not match this model', 'shape')
+  _expect_error(nmt('--config=configs/flexible_finetune.py:tiny', f'--workdir={tmp_path}/c',
+                    f'--config.train.init_from={tmp_path}/nothing', check=False),
+                'has no config.json and checkpoints')

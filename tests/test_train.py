@@ -93,3 +93,45 @@ def test_a_few_steps_reduce_the_loss():
     losses.append(float(metrics['loss_sum'] / metrics['tokens']))
   assert losses[-1] < 0.7 * losses[0]
   assert int(state.step) == 15
+
+
+def test_flexible_finetuning_objective_rewards_strength():
+  """The beta term is exactly -beta * mean_t g(t) over real target tokens."""
+  config = helpers.tiny_config('flexible', 'concat', query='previous')
+  setup = train.build(config)
+  batch = setup.batches.batch(0)
+  params = setup.state.params
+
+  def objective(beta):
+    cfg = setup.config.copy_and_resolve_references()
+    cfg.train.beta = beta
+    def loss_fn(p):
+      logits, diagnostics = setup.model.apply({'params': p}, batch['source'], batch['target_in'],
+                                              train=True, rngs={'dropout': jax.random.key(0)})
+      loss_sum, tokens = train.cross_entropy(logits, batch['target_out'])
+      return loss_sum / tokens, diagnostics['strength']
+    nll, strength = loss_fn(params)
+    mask = batch['target_out'] != PAD
+    step = jax.jit(functools.partial(train.train_step, model=setup.model, optimizer=setup.optimizer,
+                                     config=cfg))
+    return step, float(nll), float(np.sum(np.where(mask, strength, 0)) / mask.sum())
+
+  plain_step, nll, mean_g = objective(0.0)
+  tuned_step, _, _ = objective(0.5)
+  grads = {}
+  for name, step in (('plain', plain_step), ('tuned', tuned_step)):
+    state, metrics = step(setup.state, batch)
+    grads[name] = state.params
+    np.testing.assert_allclose(float(metrics['loss_sum'] / metrics['tokens']), nll, rtol=1e-5)
+  # Same NLL reported, different updates: the strength network gets the extra gradient.
+  g_plain = grads['plain']['decoder']['attention']['strength_out']['bias']
+  g_tuned = grads['tuned']['decoder']['attention']['strength_out']['bias']
+  assert not np.allclose(g_plain, g_tuned)
+  assert 0 < mean_g < 1
+
+
+def test_beta_needs_flexible_attention():
+  config = default_config.get_config('tiny')
+  config.train.beta = 0.1
+  with pytest.raises(errors.ConfigError, match='train.beta'):
+    default_config.validate(config)
