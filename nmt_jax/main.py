@@ -95,8 +95,12 @@ def main(argv):
     run(config, _WORKDIR.value, _MODE.value)
   except errors.UserError as e:
     logging.flush()
-    print(f'error: {e}', file=sys.stderr)
-    sys.exit(2)
+    _fail(str(e))
+  except KeyboardInterrupt:
+    # Checkpoints were closed on the way out; the same command resumes.
+    print(f'interrupted; run the same command again to resume from the last checkpoint in '
+          f'{_WORKDIR.value}', file=sys.stderr)
+    sys.exit(130)
 
 
 if __name__ == '__main__':

@@ -286,6 +286,7 @@ def train_and_evaluate(config, workdir: str) -> Dict[str, Any]:
   lead = jax.process_index() == 0
 
   # ------------------------------------------------------------- data and model
+  # (validated above, before the workdir exists: a config error leaves nothing behind)
   config, task, _, batches, model, optimizer, schedule, mesh, state = build(config)
   logging.info('model: %s parameters; %d training batches per epoch',
                f'{sum(x.size for x in jax.tree_util.tree_leaves(state.params)):,}',
@@ -325,7 +326,7 @@ def _train_loop(config, state, start, step_fn, batches, schedule, evaluator, ckp
                 mesh):
   t = config.train
   timer = time.perf_counter()
-  window = {'loss_sum': 0.0, 'tokens': 0.0, 'grad_norm': 0.0, 'steps': 0}
+  since_log = {'loss_sum': 0.0, 'tokens': 0.0, 'grad_norm': 0.0, 'steps': 0}
   pending = None   # (step, device metrics) of the previous step: at most two steps in flight
   last_saved = ckpts.latest_step()
 
@@ -336,10 +337,10 @@ def _train_loop(config, state, start, step_fn, batches, schedule, evaluator, ckp
       raise TrainingError(
           f'training loss became {loss} at step {done_step}; stopped, the last good checkpoint '
           f'(step {last_saved}) is kept; lower train.learning_rate or set train.clip_norm')
-    window['loss_sum'] += float(host['loss_sum'])
-    window['tokens'] += float(host['tokens'])
-    window['grad_norm'] += float(host['grad_norm'])
-    window['steps'] += 1
+    since_log['loss_sum'] += float(host['loss_sum'])
+    since_log['tokens'] += float(host['tokens'])
+    since_log['grad_norm'] += float(host['grad_norm'])
+    since_log['steps'] += 1
 
   for step in range(start, t.num_steps):
     state, device_metrics = step_fn(state, parallel.shard_batch(batches.batch(step), mesh))
@@ -352,17 +353,17 @@ def _train_loop(config, state, start, step_fn, batches, schedule, evaluator, ckp
       consume(*pending)
       pending = None
       elapsed = time.perf_counter() - timer
-      record = {'loss': window['loss_sum'] / max(window['tokens'], 1.0),
-                'tokens_per_sec': window['tokens'] / elapsed,
-                'grad_norm': window['grad_norm'] / max(window['steps'], 1),
+      record = {'loss': since_log['loss_sum'] / max(since_log['tokens'], 1.0),
+                'tokens_per_sec': since_log['tokens'] / elapsed,
+                'grad_norm': since_log['grad_norm'] / max(since_log['steps'], 1),
                 'learning_rate': float(schedule(done - 1)),
                 'epoch': done / batches.num_batches}
       writer.write(done, 'train', record)
-      eta = elapsed / max(window['steps'], 1) * (t.num_steps - done)
+      eta = elapsed / max(since_log['steps'], 1) * (t.num_steps - done)
       logging.info('step %d/%d | loss %.4f | %s tgt tok/s | lr %.2e | ETA %s', done, t.num_steps,
                    record['loss'], f'{record["tokens_per_sec"]:,.0f}', record['learning_rate'],
                    _duration(eta))
-      window = {'loss_sum': 0.0, 'tokens': 0.0, 'grad_norm': 0.0, 'steps': 0}
+      since_log = {'loss_sum': 0.0, 'tokens': 0.0, 'grad_norm': 0.0, 'steps': 0}
       timer = time.perf_counter()
     validation = None
     if done % t.eval_every == 0 or last:
