@@ -258,9 +258,10 @@ def bench_decode(config, compare, workdir, modes, repeats, num_sentences) -> Dic
   if compare is not None:
     benches['other'] = DecodeBench(compare, None, num_sentences)
   runs = {name: {mode: [] for mode in modes} for name in benches}
+  compile_s = {}
   for name, bench in benches.items():      # warm-up: compile every shape, first execution
     for mode in modes:
-      bench.time(mode)
+      compile_s[name, mode] = bench.time(mode)['compile_s']
   for _ in range(repeats):                 # alternate configs so both see the same machine state
     for mode in modes:
       for name, bench in benches.items():
@@ -272,7 +273,7 @@ def bench_decode(config, compare, workdir, modes, repeats, num_sentences) -> Dic
       label = f'beam{bench.beam_size(mode)}' if mode == 'beam' else mode
       ms = [r['ms_per_sentence'] for r in runs[name][mode]]
       median = runs[name][mode][ms.index(statistics.median_low(ms))]
-      result[name][label] = dict(median, ms_per_sentence_runs=ms)
+      result[name][label] = dict(median, ms_per_sentence_runs=ms, compile_s=compile_s[name, mode])
   if compare is not None:
     result['speedup'] = {}
     for label, this in result['this'].items():
