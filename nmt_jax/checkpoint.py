@@ -100,10 +100,18 @@ class Checkpoints:
         state=ocp.args.StandardRestore(abstract_state), meta=ocp.args.JsonRestore()))
     return restored.state, restored.meta
 
-  def restore_params(self, step: int, abstract_params, what: str = 'this config'):
-    """Only the params of `step` (as stored: host arrays), checked against abstract_params."""
+  def restore_params(self, step: int, abstract_params, sharding, what: str = 'this config'):
+    """The params of `step`, checked against abstract_params, placed with `sharding`.
+
+    The target is built from the stored shapes, so a checkpoint written on any
+    number of devices or processes restores here.
+    """
     self.check_compatible(step, abstract_params, what, subtree='params')
-    restored = self.manager.restore(step, args=ocp.args.Composite(state=ocp.args.StandardRestore()))
+    stored = self.manager.item_metadata(step)['state']
+    target = jax.tree_util.tree_map(
+        lambda m: jax.ShapeDtypeStruct(m.shape, m.dtype, sharding=sharding), stored)
+    restored = self.manager.restore(step, args=ocp.args.Composite(
+        state=ocp.args.StandardRestore(target)))
     return restored.state['params']
 
   def close(self):

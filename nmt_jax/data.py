@@ -179,11 +179,12 @@ class TrainBatches:
       self._cached_epoch = (epoch, [batches[i] for i in rng.permutation(len(batches))])
     return self._cached_epoch[1]
 
-  def batch(self, step: int) -> Batch:
+  def batch(self, step: int, rows: slice = slice(None)) -> Batch:
+    """The batch of `step`; `rows` selects the part one process feeds (all by default)."""
     epoch, index = divmod(step, self.num_batches)
-    rows = self.epoch(epoch)[index]
-    length = self.boundaries[self.bucket[rows[0]]]
-    return make_batch(self.split, rows, length)
+    examples = self.epoch(epoch)[index]
+    length = self.boundaries[self.bucket[examples[0]]]
+    return make_batch(self.split, examples[rows], length)
 
   def iterate(self, start_step: int) -> Iterator[Batch]:
     step = start_step

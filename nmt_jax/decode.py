@@ -265,20 +265,25 @@ def make_decode_fn(model: models.Seq2Seq, decode_config, beam_size: Optional[int
 
 
 def decode_split(decode_fn, params, split, batch_size: int, boundaries, limit=None,
-                 sharding=None):
+                 mesh=None):
   """Decodes the sources of a data.Split in fixed-shape, length-sorted batches.
 
   `decode_fn` is a jitted fn(params, source); each batch shape is compiled
-  ahead of time, so `decode_seconds` counts execution only.
+  ahead of time, so `decode_seconds` counts execution only. With a `mesh`,
+  batches are sharded along 'data' (each process feeds its rows) and every
+  process receives all hypotheses.
   Returns (hypotheses: id arrays in split order, without EOS; statistics:
   window_sum, window_count, window_fraction_sum, decode_seconds, compile_seconds).
   """
-  from nmt_jax import data  # pylint: disable=g-import-not-at-top
+  from nmt_jax import data, parallel  # pylint: disable=g-import-not-at-top
   import time  # pylint: disable=g-import-not-at-top
   count = len(split) if limit is None else min(limit, len(split))
   batches = list(data.eval_batches(split, batch_size, boundaries, limit=count))
-  place = (lambda x: jax.device_put(x, sharding)) if sharding is not None else jnp.asarray
-  sources = [place(batch['source']) for _, batch in batches]
+  if mesh is None:
+    sources = [jnp.asarray(batch['source']) for _, batch in batches]
+  else:
+    sources = [parallel.shard_batch(parallel.local_part({'source': batch['source']}, mesh),
+                                    mesh)['source'] for _, batch in batches]
   start = time.perf_counter()
   executables = {}
   for source in sources:
@@ -286,7 +291,8 @@ def decode_split(decode_fn, params, split, batch_size: int, boundaries, limit=No
       executables[source.shape] = decode_fn.lower(params, source).compile()
   compile_seconds = time.perf_counter() - start
   start = time.perf_counter()
-  outputs = jax.device_get([executables[source.shape](params, source) for source in sources])
+  outputs = [executables[source.shape](params, source) for source in sources]
+  outputs = parallel.to_host(outputs) if mesh is not None else jax.device_get(outputs)
   decode_seconds = time.perf_counter() - start
 
   hypotheses = [None] * count

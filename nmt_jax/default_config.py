@@ -144,8 +144,11 @@ def get_config(arg=None):
 
   # ---------------------------------------------------------------- parallelism
   config.parallel = ml_collections.ConfigDict()
-  # 'jit' (jit over a device mesh) or 'pmap'.
+  # 'jit' (one program over a device mesh) or 'pmap' (the same step mapped over
+  # devices). Both shard the batch along 'data' and replicate the state.
   config.parallel.mode = 'jit'
+  # Devices on the 'data' axis: (-1,) = all of them, or (N,) with N = the device count.
+  config.parallel.mesh_shape = (-1,)
 
   for preset in (arg or '').split(','):
     _apply_preset(config, preset.strip())
@@ -342,4 +345,12 @@ def validate(config):
     _fail('model.attention.max_source_length', attention.max_source_length,
           f'is shorter than the longest source (data.max_length + 1 = {config.data.max_length + 1}) '
           'and position encodings cover only that many positions', 'raise it or leave it unset')
+  _check_devices(config)
   return config
+
+
+def _check_devices(config):
+  """The mesh fits the devices, and the training batch splits evenly over them."""
+  from nmt_jax import parallel  # pylint: disable=g-import-not-at-top  (imports JAX)
+  mesh = parallel.make_mesh(config.parallel.mesh_shape)
+  parallel.check_divisible(config.train.batch_size, mesh, 'train.batch_size')

@@ -27,7 +27,42 @@ _MODE = flags.DEFINE_enum('mode', 'train', ['train', 'eval', 'translate'],
                           'train (then evaluate), eval (best checkpoint), translate.')
 _INPUT = flags.DEFINE_string('input', '-', 'translate: source sentences, one per line (- = stdin).')
 _OUTPUT = flags.DEFINE_string('output', '-', 'translate: where to write translations (- = stdout).')
+_DISTRIBUTED = flags.DEFINE_enum(
+    'distributed', 'auto', ['auto', 'on', 'off'],
+    'Join a multi-process run with jax.distributed: auto = when the coordinator flags are given '
+    'or a multi-process SLURM job or TPU pod is detected; on = always (JAX detects the cluster).')
+_COORDINATOR = flags.DEFINE_string('coordinator_address', None,
+                                   'Multi-process: host:port of process 0 (with the two below).')
+_NUM_PROCESSES = flags.DEFINE_integer('num_processes', None, 'Multi-process: number of processes.')
+_PROCESS_ID = flags.DEFINE_integer('process_id', None, 'Multi-process: this process, 0..N-1.')
+_LOCAL_DEVICE_IDS = flags.DEFINE_list(
+    'local_device_ids', None, 'Multi-process: the local accelerators this process drives '
+    '(e.g. 0,1,2,3 for one process per node under SLURM, where JAX defaults to one per process).')
+_DISTRIBUTED_TIMEOUT = flags.DEFINE_integer(
+    'distributed_timeout', 300, 'Seconds to wait for all processes to join before giving up.')
 flags.mark_flags_as_required(['config', 'workdir'])
+
+
+def multi_process_cluster() -> bool:
+  """True under a SLURM job with several tasks or on a multi-host TPU slice."""
+  if int(os.environ.get('SLURM_NTASKS', '1') or 1) > 1:
+    return True
+  return len([h for h in os.environ.get('TPU_WORKER_HOSTNAMES', '').split(',') if h]) > 1
+
+
+def maybe_initialize_distributed():
+  explicit = any(f.value is not None for f in (_COORDINATOR, _NUM_PROCESSES, _PROCESS_ID))
+  if _DISTRIBUTED.value == 'off' or (
+      _DISTRIBUTED.value == 'auto' and not explicit and not multi_process_cluster()):
+    return
+  from nmt_jax import parallel  # pylint: disable=g-import-not-at-top
+  local_device_ids = _LOCAL_DEVICE_IDS.value
+  if local_device_ids is not None:
+    if not all(i.isdigit() for i in local_device_ids):
+      _fail(f'--local_device_ids={",".join(local_device_ids)} must be device numbers, e.g. 0,1,2,3')
+    local_device_ids = [int(i) for i in local_device_ids]
+  parallel.initialize_distributed(_COORDINATOR.value, _NUM_PROCESSES.value, _PROCESS_ID.value,
+                                  _DISTRIBUTED_TIMEOUT.value, local_device_ids)
 
 
 def run(config, workdir: str, mode: str):
@@ -92,6 +127,7 @@ def main(argv):
   except OSError as e:    # config_flags defers load failures to the first access
     _fail(str(e).strip().splitlines()[-1])
   try:
+    maybe_initialize_distributed()
     run(config, _WORKDIR.value, _MODE.value)
   except errors.UserError as e:
     logging.flush()

@@ -11,7 +11,7 @@ import json
 import math
 import os
 import time
-from typing import Any, Dict, List, NamedTuple, Optional
+from typing import Any, Callable, Dict, List, NamedTuple, Optional
 
 from absl import logging
 import flax
@@ -88,23 +88,35 @@ def cross_entropy(logits, targets, label_smoothing: float = 0.0):
   return jnp.sum(loss * weights), jnp.sum(weights)
 
 
-def train_step(state: TrainState, batch, *, model, optimizer, config):
-  """One update on a batch {'source', 'target_in', 'target_out'} [B, L] -> (state, metric sums)."""
+def train_step(state: TrainState, batch, *, model, optimizer, config, axis_name=None):
+  """One update on a batch {'source', 'target_in', 'target_out'} [B, L] -> (state, metric sums).
+
+  Under pmap, `axis_name` names the device axis: each device holds B / devices
+  rows, and token counts and gradients are summed over devices, so the update
+  equals the jit one on the whole batch (dropout masks are drawn per device).
+  """
   dropout_key = jax.random.fold_in(jax.random.key(config.seed), state.step)
+  if axis_name:
+    dropout_key = jax.random.fold_in(dropout_key, jax.lax.axis_index(axis_name))
+
+  def total(x):
+    return jax.lax.psum(x, axis_name) if axis_name else x
 
   def loss_fn(params):
     logits, diagnostics = model.apply({'params': params}, batch['source'], batch['target_in'],
                                       train=True, rngs={'dropout': dropout_key})
     loss_sum, tokens = cross_entropy(logits, batch['target_out'], config.train.label_smoothing)
-    loss = loss_sum / jnp.maximum(tokens, 1.0)
+    all_tokens = jnp.maximum(total(tokens), 1.0)
+    loss = loss_sum / all_tokens
     if config.train.beta:
       # Shu & Nakayama fine-tuning: reward strong penalties, J = NLL - beta * mean_t g(t).
       mask = batch['target_out'] != PAD
-      strength = jnp.sum(jnp.where(mask, diagnostics['strength'], 0.0)) / jnp.maximum(tokens, 1.0)
+      strength = jnp.sum(jnp.where(mask, diagnostics['strength'], 0.0)) / all_tokens
       loss = loss - config.train.beta * strength
     return loss, (loss_sum, tokens)
 
   (_, (loss_sum, tokens)), grads = jax.value_and_grad(loss_fn, has_aux=True)(state.params)
+  grads, loss_sum, tokens = total(grads), total(loss_sum), total(tokens)
   updates, opt_state = optimizer.update(grads, state.opt_state, state.params)
   state = TrainState(step=state.step + 1, params=optax.apply_updates(state.params, updates),
                      opt_state=opt_state)
@@ -116,6 +128,27 @@ def eval_step(params, batch, *, model):
   logits, _ = model.apply({'params': params}, batch['source'], batch['target_in'])
   loss_sum, tokens = cross_entropy(logits, batch['target_out'])
   return {'loss_sum': loss_sum, 'tokens': tokens}
+
+
+class StepRunner(NamedTuple):
+  """The train step of one parallel.mode, on the state layout that mode keeps in the loop."""
+  run: Callable        # (loop state, this process's batch rows) -> (loop state, device metrics)
+  to_loop: Callable    # global state (jit layout: replicated on the mesh) -> loop state
+  to_global: Callable  # loop state -> global state, for evaluation and checkpoints
+  metrics: Callable    # device metrics -> host values
+
+
+def make_step_runner(config, model, optimizer, mesh) -> StepRunner:
+  step = functools.partial(train_step, model=model, optimizer=optimizer, config=config)
+  if config.parallel.mode == 'pmap':
+    mapped = jax.pmap(functools.partial(step, axis_name=parallel.AXIS), axis_name=parallel.AXIS,
+                      donate_argnums=0)
+    return StepRunner(lambda state, rows: mapped(state, parallel.pmap_batch(rows)),
+                      parallel.to_pmap, lambda state: parallel.from_pmap(state, mesh),
+                      parallel.first_replica)
+  jitted = jax.jit(step, donate_argnums=0)
+  return StepRunner(lambda state, rows: jitted(state, parallel.shard_batch(rows, mesh)),
+                    lambda state: state, lambda state: state, jax.device_get)
 
 
 class Setup(NamedTuple):
@@ -137,8 +170,7 @@ def build(config) -> Setup:
   task = data.load_task(config.data, config.seed)
   boundaries = data.bucket_boundaries(task.max_length, config.data.num_buckets)
   batches = data.TrainBatches(task.train, config.train.batch_size, boundaries, config.seed)
-  mesh = parallel.make_mesh()
-  parallel.check_divisible(config.train.batch_size, mesh, 'train.batch_size')
+  mesh = parallel.make_mesh(config.parallel.mesh_shape)
   model = create_model(config, task)
   optimizer, schedule = create_optimizer(config.train, batches.num_batches)
   state = init_state(config, model, optimizer, mesh, data.dummy_batch(1, boundaries[0]))
@@ -166,7 +198,8 @@ class Evaluator:
     sums = {'loss_sum': 0.0, 'tokens': 0.0}
     batch_size = self.config.train.batch_size
     for _, batch in data.eval_batches(split, batch_size, self.boundaries):
-      out = jax.device_get(self._eval_step(params, parallel.shard_batch(batch, self.mesh)))
+      local = parallel.local_part(batch, self.mesh)
+      out = jax.device_get(self._eval_step(params, parallel.shard_batch(local, self.mesh)))
       sums = {k: sums[k] + float(out[k]) for k in sums}
     return sums['loss_sum'] / max(sums['tokens'], 1.0)
 
@@ -181,7 +214,7 @@ class Evaluator:
       self._decoders[beam_size] = decode.make_decode_fn(self.model, self.config.decode, beam_size)
     hyps, stats = decode.decode_split(
         self._decoders[beam_size], params, split, self.decode_batch_size(beam_size),
-        self.boundaries, limit, sharding=parallel.batch_sharding(self.mesh))
+        self.boundaries, limit, mesh=self.mesh)
     vocab = self.task.target_vocab
     info = decode.window_metrics(stats)
     info['decode_ms_per_sentence'] = 1000 * stats['decode_seconds'] / max(len(hyps), 1)
@@ -255,7 +288,7 @@ def check_vocab(meta: Dict, task: data.Task, where: str):
           f'now {len(vocab.tokens)}); use the data config it was trained with or a new --workdir')
 
 
-def load_params_from(workdir: str, config, abstract_params):
+def load_params_from(workdir: str, config, abstract_params, mesh):
   """Best params of another workdir (train.init_from), checked against this model."""
   config_path = os.path.join(workdir, 'config.json')
   if not os.path.exists(config_path) or not checkpoint.has_checkpoints(workdir):
@@ -270,7 +303,8 @@ def load_params_from(workdir: str, config, abstract_params):
   ckpts = checkpoint.Checkpoints(workdir, create=False)
   try:
     step = ckpts.best_step()
-    params = ckpts.restore_params(step, abstract_params, f'this model (train.init_from={workdir})')
+    params = ckpts.restore_params(step, abstract_params, parallel.replicated(mesh),
+                                  f'this model (train.init_from={workdir})')
     return params, step
   finally:
     ckpts.close()
@@ -303,18 +337,19 @@ def train_and_evaluate(config, workdir: str) -> Dict[str, Any]:
       logging.info('resuming from step %d', start)
     elif config.train.init_from:
       params, from_step = load_params_from(config.train.init_from, config,
-                                           checkpoint.abstract(state.params))
-      params = jax.device_put(params, parallel.replicated(mesh))
+                                           checkpoint.abstract(state.params), mesh)
       state = state.replace(params=params, opt_state=jax.jit(optimizer.init)(params))
       logging.info('initialised from %s (step %d)', config.train.init_from, from_step)
     if lead:
       write_config(workdir, config)
     writer = writers.MetricWriter(workdir, enabled=lead)
     evaluator = Evaluator(config, model, task, mesh)
-    step_fn = jax.jit(functools.partial(train_step, model=model, optimizer=optimizer, config=config),
-                      donate_argnums=0)
-    _train_loop(config, state, start, step_fn, batches, schedule, evaluator, ckpts, writer, task,
-                mesh)
+    runner = make_step_runner(config, model, optimizer, mesh)
+    logging.info('global batch %d over %d device(s) in %d process(es), parallel.mode=%s',
+                 config.train.batch_size, mesh.devices.size, jax.process_count(),
+                 config.parallel.mode)
+    _train_loop(config, runner.to_loop(state), start, runner, batches, schedule, evaluator,
+                ckpts, writer, task, mesh)
   finally:
     ckpts.close()
     if writer is not None:
@@ -322,16 +357,18 @@ def train_and_evaluate(config, workdir: str) -> Dict[str, Any]:
   return evaluate(config, workdir)
 
 
-def _train_loop(config, state, start, step_fn, batches, schedule, evaluator, ckpts, writer, task,
+def _train_loop(config, state, start, runner, batches, schedule, evaluator, ckpts, writer, task,
                 mesh):
   t = config.train
+  rows = parallel.process_rows(t.batch_size, mesh)
+  devices = mesh.devices.size
   timer = time.perf_counter()
   since_log = {'loss_sum': 0.0, 'tokens': 0.0, 'grad_norm': 0.0, 'steps': 0}
   pending = None   # (step, device metrics) of the previous step: at most two steps in flight
   last_saved = ckpts.latest_step()
 
   def consume(done_step, device_metrics):
-    host = jax.device_get(device_metrics)
+    host = runner.metrics(device_metrics)
     loss = float(host['loss_sum']) / max(float(host['tokens']), 1.0)
     if not math.isfinite(loss) or not math.isfinite(float(host['grad_norm'])):
       raise TrainingError(
@@ -343,7 +380,7 @@ def _train_loop(config, state, start, step_fn, batches, schedule, evaluator, ckp
     since_log['steps'] += 1
 
   for step in range(start, t.num_steps):
-    state, device_metrics = step_fn(state, parallel.shard_batch(batches.batch(step), mesh))
+    state, device_metrics = runner.run(state, batches.batch(step, rows))
     if pending is not None:
       consume(*pending)
     pending = (step + 1, device_metrics)
@@ -354,15 +391,21 @@ def _train_loop(config, state, start, step_fn, batches, schedule, evaluator, ckp
       pending = None
       elapsed = time.perf_counter() - timer
       record = {'loss': since_log['loss_sum'] / max(since_log['tokens'], 1.0),
+                # Target tokens of the global batch, over all devices and per device.
                 'tokens_per_sec': since_log['tokens'] / elapsed,
+                'tokens_per_sec_per_device': since_log['tokens'] / elapsed / devices,
+                'global_batch': t.batch_size,
+                'devices': devices,
                 'grad_norm': since_log['grad_norm'] / max(since_log['steps'], 1),
                 'learning_rate': float(schedule(done - 1)),
                 'epoch': done / batches.num_batches}
       writer.write(done, 'train', record)
       eta = elapsed / max(since_log['steps'], 1) * (t.num_steps - done)
-      logging.info('step %d/%d | loss %.4f | %s tgt tok/s | lr %.2e | ETA %s', done, t.num_steps,
-                   record['loss'], f'{record["tokens_per_sec"]:,.0f}', record['learning_rate'],
-                   _duration(eta))
+      per_device = (f' ({record["tokens_per_sec_per_device"]:,.0f} per device)'
+                    if devices > 1 else '')
+      logging.info('step %d/%d | loss %.4f | %s tgt tok/s%s | lr %.2e | ETA %s', done,
+                   t.num_steps, record['loss'], f'{record["tokens_per_sec"]:,.0f}', per_device,
+                   record['learning_rate'], _duration(eta))
       since_log = {'loss_sum': 0.0, 'tokens': 0.0, 'grad_norm': 0.0, 'steps': 0}
       timer = time.perf_counter()
     validation = None
@@ -370,8 +413,8 @@ def _train_loop(config, state, start, step_fn, batches, schedule, evaluator, ckp
       if pending is not None:
         consume(*pending)
         pending = None
-      validation, hypotheses = evaluator.evaluate(state.params, task.eval, t.eval_beam_size,
-                                                  limit=t.eval_num_sentences)
+      validation, hypotheses = evaluator.evaluate(runner.to_global(state).params, task.eval,
+                                                  t.eval_beam_size, limit=t.eval_num_sentences)
       writer.write(done, 'valid', _scalars(validation))
       writer.write_text(done, 'valid/samples', '\n\n'.join(
           f'src: {s}  \nhyp: {h}' for s, h in zip(task.eval.source_text[:3], hypotheses[:3])))
@@ -382,7 +425,7 @@ def _train_loop(config, state, start, step_fn, batches, schedule, evaluator, ckp
       if pending is not None:   # never save a state whose loss was not checked
         consume(*pending)
         pending = None
-      ckpts.save(done, state, checkpoint_meta(config, task, done, validation and _scalars(validation)),
+      ckpts.save(done, runner.to_global(state), checkpoint_meta(config, task, done, validation and _scalars(validation)),
                  bleu=validation['bleu'] if validation else None)
       last_saved = done
       timer = time.perf_counter()
@@ -409,7 +452,7 @@ def restore_for_inference(config, workdir: str):
                           f'(python -m nmt_jax.main --config=... --workdir={workdir})')
   task = data.load_task(config.data, config.seed)
   model = create_model(config, task)
-  mesh = parallel.make_mesh()
+  mesh = parallel.make_mesh(config.parallel.mesh_shape)
   sample = data.dummy_batch(1, 1)
   abstract_params = jax.eval_shape(
       lambda: model.init(jax.random.key(0), sample['source'], sample['target_in'])['params'])
@@ -417,8 +460,7 @@ def restore_for_inference(config, workdir: str):
   try:
     step = ckpts.best_step()
     check_vocab(ckpts.meta(step), task, f'workdir {workdir}')
-    params = jax.device_put(ckpts.restore_params(step, abstract_params),
-                            parallel.replicated(mesh))
+    params = ckpts.restore_params(step, abstract_params, parallel.replicated(mesh))
   finally:
     ckpts.close()
   return config, task, model, mesh, params, step

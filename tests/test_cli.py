@@ -44,13 +44,18 @@ def snapshot(workdir):
 
 def final_params(workdir, step):
   from nmt_jax import checkpoint  # pylint: disable=g-import-not-at-top
+  import jax  # pylint: disable=g-import-not-at-top
   ckpts = checkpoint.Checkpoints(workdir, create=False)
   try:
+    # Onto this process's first device, whatever device count wrote it.
+    sharding = jax.sharding.SingleDeviceSharding(jax.devices()[0])
+    target = jax.tree_util.tree_map(lambda m: jax.ShapeDtypeStruct(m.shape, m.dtype,
+                                                                   sharding=sharding),
+                                    ckpts.manager.item_metadata(step)['state'])
     restored = ckpts.manager.restore(step, args=checkpoint.ocp.args.Composite(
-        state=checkpoint.ocp.args.StandardRestore()))
+        state=checkpoint.ocp.args.StandardRestore(target)))
   finally:
     ckpts.close()
-  import jax  # pylint: disable=g-import-not-at-top
   return {jax.tree_util.keystr(p): np.asarray(v)
           for p, v in jax.tree_util.tree_flatten_with_path(restored.state)[0]}
 
