@@ -316,6 +316,9 @@ def main(argv):
   if len(argv) != 2 or argv[1] not in ('train', 'decode'):
     raise app.UsageError('usage: python -m nmt_jax.bench train|decode --config=... [--json=PATH]')
   pin_threads(_THREADS.value)
+  import logging as std_logging  # pylint: disable=g-import-not-at-top
+  from nmt_jax import writers  # pylint: disable=g-import-not-at-top
+  std_logging.getLogger('absl').addFilter(writers.QuietLibraries())
   import jax  # pylint: disable=g-import-not-at-top  (after pinning threads)
   from nmt_jax import errors  # pylint: disable=g-import-not-at-top
   try:

@@ -38,8 +38,13 @@ class Task:
   source_vocab: vocab_lib.Vocab
   target_vocab: vocab_lib.Vocab
   train: Split
-  eval: Split
+  eval: Split                # validation
   max_length: int            # longest sequence in tokens, EOS included
+  test: Optional[Split] = None   # final evaluation (None: the validation split)
+
+  @property
+  def test_or_eval(self) -> Split:
+    return self.eval if self.test is None else self.test
 
 
 # ----------------------------------------------------------------- embedded tasks
@@ -83,14 +88,23 @@ def chunk_reverse_examples(num: int, min_length: int, max_length: int, num_symbo
   return examples
 
 
-def load_task(data_config, seed: int) -> Task:
-  """Builds the task named by `data_config.name` (only embedded tasks so far)."""
+def load_task(data_config, seed: int, workdir: Optional[str] = None,
+              build_vocab: bool = False) -> Task:
+  """Builds the task named by `data_config.name`.
+
+  Real corpora keep their vocabularies in `<workdir>/vocab`; `build_vocab`
+  builds missing ones (training), otherwise a missing one is an error.
+  """
   name = data_config.name
-  if name.startswith(('tfds:', 'text:')):
-    raise DataError(f'data.name={name!r}: real corpora (TFDS, plain text) are not supported yet; '
-                    f'use one of {", ".join(EMBEDDED_TASKS)}')
+  if name.startswith('text:'):
+    from nmt_jax import corpus  # pylint: disable=g-import-not-at-top
+    return corpus.load_text_task(data_config, workdir, build_vocab)
+  if name.startswith('tfds:'):
+    raise DataError(f'data.name={name!r}: TFDS corpora are not supported yet; use '
+                    f'text:<prefix> files or one of {", ".join(EMBEDDED_TASKS)}')
   if name not in EMBEDDED_TASKS:
-    raise DataError(f'unknown data.name {name!r}: use one of {", ".join(EMBEDDED_TASKS)}')
+    raise DataError(f'unknown data.name {name!r}: use one of {", ".join(EMBEDDED_TASKS)}, '
+                    'text:<path prefix>')
   symbols = symbol_names(data_config.num_symbols)
   vocab = vocab_lib.Vocab(symbols, allow_unk=False)
   offset = len(vocab_lib.SPECIALS)

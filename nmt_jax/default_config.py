@@ -43,6 +43,7 @@ def get_config(arg=None):
   config.data.source_lang = 'de'
   config.data.target_lang = 'en'
   # Embedded tasks: longest sequence L; lengths are uniform in min_length..L.
+  # Real corpora: pairs with more tokens on either side are skipped (and counted).
   config.data.max_length = 20
   config.data.min_length = 1
   # Number of distinct symbols of the embedded tasks (Britz: 20).
@@ -55,6 +56,20 @@ def get_config(arg=None):
   # Batches are padded to one of this many bucket lengths, so jit compiles
   # one train step per bucket instead of one per batch.
   config.data.num_buckets = 4
+  # Real corpora: vocabularies, built from the training split into <workdir>/vocab/.
+  config.data.vocab = ml_collections.ConfigDict()
+  # 'sentencepiece', 'word' (whitespace tokens, <unk> for the rest) or 'char'.
+  config.data.vocab.kind = 'sentencepiece'
+  # SentencePiece: pieces (Britz: 16k shared BPE); word/char: most frequent kept (0 = all).
+  config.data.vocab.size = 16_000
+  # Target side size when not shared (0 = data.vocab.size); Shu: 80k source, 40k target words.
+  config.data.vocab.target_size = 0
+  # One vocabulary for both sides, or one per side.
+  config.data.vocab.shared = True
+  # SentencePiece model: 'bpe' or 'unigram'.
+  config.data.vocab.model_type = 'bpe'
+  # word/char: tokens seen fewer times become <unk>.
+  config.data.vocab.min_count = 1
 
   # ---------------------------------------------------------------- model
   config.model = ml_collections.ConfigDict()
@@ -313,6 +328,11 @@ def validate(config):
   _choice(config, 'model.bidirectional', ('bottom', 'all', 'none'))
   _choice(config, 'train.schedule', SCHEDULES)
   _choice(config, 'parallel.mode', ('jit', 'pmap'))
+  _choice(config, 'data.vocab.kind', ('sentencepiece', 'word', 'char'))
+  _choice(config, 'data.vocab.model_type', ('bpe', 'unigram'))
+  _positive(config, 'data.vocab.min_count')
+  _positive(config, 'data.vocab.size', allow_zero=config.data.vocab.kind != 'sentencepiece')
+  _positive(config, 'data.vocab.target_size', allow_zero=True)
   model = config.model
   if model.dropout >= 1:
     _fail('model.dropout', model.dropout, 'must be below 1', 'use e.g. 0.2')

@@ -19,12 +19,14 @@ from absl import logging
 from ml_collections import config_flags
 
 from nmt_jax import errors
+from nmt_jax import writers
 
 _CONFIG = config_flags.DEFINE_config_file('config', None, 'Experiment config file.',
                                           lock_config=True)
 _WORKDIR = flags.DEFINE_string('workdir', None, 'Directory for checkpoints and metrics.')
-_MODE = flags.DEFINE_enum('mode', 'train', ['train', 'eval', 'translate'],
-                          'train (then evaluate), eval (best checkpoint), translate.')
+_MODE = flags.DEFINE_enum('mode', 'train', ['train', 'eval', 'translate', 'prepare'],
+                          'train (then evaluate), eval (best checkpoint), translate, or prepare '
+                          '(build a real corpus\'s vocabularies once).')
 _INPUT = flags.DEFINE_string('input', '-', 'translate: source sentences, one per line (- = stdin).')
 _OUTPUT = flags.DEFINE_string('output', '-', 'translate: where to write translations (- = stdout).')
 _DISTRIBUTED = flags.DEFINE_enum(
@@ -44,8 +46,9 @@ flags.mark_flags_as_required(['config', 'workdir'])
 
 
 def multi_process_cluster() -> bool:
-  """True under a SLURM job with several tasks or on a multi-host TPU slice."""
-  if int(os.environ.get('SLURM_NTASKS', '1') or 1) > 1:
+  """True in a SLURM job step (srun) with several tasks or on a multi-host TPU slice."""
+  # SLURM_STEP_NUM_TASKS is set by srun only: a plain `python` in a batch script stays single.
+  if int(os.environ.get('SLURM_STEP_NUM_TASKS', '1') or 1) > 1:
     return True
   return len([h for h in os.environ.get('TPU_WORKER_HOSTNAMES', '').split(',') if h]) > 1
 
@@ -71,6 +74,8 @@ def run(config, workdir: str, mode: str):
     train.train_and_evaluate(config, workdir)
   elif mode == 'eval':
     train.evaluate(config, workdir)
+  elif mode == 'prepare':
+    train.prepare(config, workdir)
   else:
     source = sys.stdin if _INPUT.value == '-' else open(_INPUT.value, encoding='utf-8')
     with source:
@@ -80,13 +85,6 @@ def run(config, workdir: str, mode: str):
     out = sys.stdout if _OUTPUT.value == '-' else open(_OUTPUT.value, 'w', encoding='utf-8')
     out.write(''.join(h + '\n' for h in hypotheses))
     out.flush()
-
-
-class _QuietLibraries:
-  """Drops INFO records from Orbax's files (dozens per save), keeping their warnings."""
-
-  def filter(self, record):
-    return record.levelno >= std_logging.WARNING or '/orbax/' not in record.pathname
 
 
 def _fail(message: str):
@@ -119,7 +117,7 @@ def parse_flags(argv):
 
 
 def main(argv):
-  std_logging.getLogger('absl').addFilter(_QuietLibraries())
+  std_logging.getLogger('absl').addFilter(writers.QuietLibraries())
   if len(argv) > 1:
     raise app.UsageError(f'unexpected arguments: {" ".join(argv[1:])}')
   try:

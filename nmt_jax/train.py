@@ -164,10 +164,13 @@ class Setup(NamedTuple):
   state: TrainState
 
 
-def build(config) -> Setup:
-  """Validated config -> data, model, optimizer and the initial (step 0) state."""
+def build(config, workdir: Optional[str] = None) -> Setup:
+  """Validated config -> data, model, optimizer and the initial (step 0) state.
+
+  Real corpora build their vocabularies into `<workdir>/vocab` if missing.
+  """
   config = default_config.validate(config)
-  task = data.load_task(config.data, config.seed)
+  task = data.load_task(config.data, config.seed, workdir, build_vocab=True)
   boundaries = data.bucket_boundaries(task.max_length, config.data.num_buckets)
   batches = data.TrainBatches(task.train, config.train.batch_size, boundaries, config.seed)
   mesh = parallel.make_mesh(config.parallel.mesh_shape)
@@ -234,6 +237,19 @@ class Evaluator:
 
 
 # ----------------------------------------------------------------- workdir
+
+
+def prepare(config, workdir: str) -> data.Task:
+  """One-time preparation of a real corpus: builds the workdir's vocabularies."""
+  config = default_config.validate(config)
+  if config.data.name in data.EMBEDDED_TASKS:
+    logging.info('data.name=%s is generated on the fly; nothing to prepare', config.data.name)
+  prepare_workdir(workdir)
+  task = data.load_task(config.data, config.seed, workdir, build_vocab=True)
+  splits = [('train', task.train), ('validation', task.eval)] + (
+      [('test', task.test)] if task.test is not None else [])
+  logging.info('prepared: %s', ', '.join(f'{name} {len(split):,} pairs' for name, split in splits))
+  return task
 
 
 def prepare_workdir(workdir: str):
@@ -321,7 +337,7 @@ def train_and_evaluate(config, workdir: str) -> Dict[str, Any]:
 
   # ------------------------------------------------------------- data and model
   # (validated above, before the workdir exists: a config error leaves nothing behind)
-  config, task, _, batches, model, optimizer, schedule, mesh, state = build(config)
+  config, task, _, batches, model, optimizer, schedule, mesh, state = build(config, workdir)
   logging.info('model: %s parameters; %d training batches per epoch',
                f'{sum(x.size for x in jax.tree_util.tree_leaves(state.params)):,}',
                batches.num_batches)
@@ -332,8 +348,8 @@ def train_and_evaluate(config, workdir: str) -> Dict[str, Any]:
   try:
     start = ckpts.latest_step() or 0
     if start:
-      state, meta = ckpts.restore(start, checkpoint.abstract(state))
-      check_vocab(meta, task, f'workdir {workdir}')
+      check_vocab(ckpts.meta(start), task, f'workdir {workdir}')   # before shapes: says why
+      state, _ = ckpts.restore(start, checkpoint.abstract(state))
       logging.info('resuming from step %d', start)
     elif config.train.init_from:
       params, from_step = load_params_from(config.train.init_from, config,
@@ -450,7 +466,7 @@ def restore_for_inference(config, workdir: str):
   if not checkpoint.has_checkpoints(workdir):
     raise CheckpointError(f'workdir {workdir} has no checkpoints; train first '
                           f'(python -m nmt_jax.main --config=... --workdir={workdir})')
-  task = data.load_task(config.data, config.seed)
+  task = data.load_task(config.data, config.seed, workdir)
   model = create_model(config, task)
   mesh = parallel.make_mesh(config.parallel.mesh_shape)
   sample = data.dummy_batch(1, 1)
@@ -467,10 +483,11 @@ def restore_for_inference(config, workdir: str):
 
 
 def evaluate(config, workdir: str) -> Dict[str, Any]:
-  """Decodes the evaluation split with the best checkpoint and decode.beam_size."""
+  """Decodes the test split (else validation) with the best checkpoint and decode.beam_size."""
   config, task, model, mesh, params, step = restore_for_inference(config, workdir)
   evaluator = Evaluator(config, model, task, mesh)
-  result, hypotheses = evaluator.evaluate(params, task.eval, config.decode.beam_size)
+  result, hypotheses = evaluator.evaluate(params, task.test_or_eval, config.decode.beam_size)
+  result['eval_split'] = 'test' if task.test is not None else 'validation'
   result['checkpoint_step'] = step
   lead = jax.process_index() == 0
   if lead:

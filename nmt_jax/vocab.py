@@ -1,5 +1,14 @@
-"""Token vocabularies: ids <-> text, with the four reserved ids below."""
+"""Token vocabularies: ids <-> text, with the four reserved ids below.
 
+Three kinds share one interface (`tokens`, `len`, `encode`, `decode`,
+`save`): word-level `Vocab` (whitespace tokens, UNK, frequency cutoff),
+`CharVocab` (characters, the space as '▁') and `SentencePieceVocab` (BPE or
+unigram). `build_vocab` trains one from text, `load_vocab` reads it back.
+"""
+
+import collections
+import io
+import os
 from typing import Iterable, List, Sequence
 
 import numpy as np
@@ -56,10 +65,131 @@ class Vocab:
       words.append(self.tokens[i])
     return ' '.join(words)
 
+  def save(self, path: str):
+    """One token per line (the reserved ones first), UTF-8."""
+    with open(path, 'w', encoding='utf-8') as f:
+      f.write(''.join(t + '\n' for t in self.tokens))
+
   def describe(self) -> str:
     shown = self.tokens[len(SPECIALS):]
     head = ' '.join(shown[:8]) + (' ...' if len(shown) > 8 else '')
     return f'{len(shown)} tokens: {head}'
+
+
+def word_counts(texts: Iterable[str], split=str.split) -> collections.Counter:
+  counts = collections.Counter()
+  for text in texts:
+    counts.update(split(text))
+  return counts
+
+
+def most_frequent(counts: collections.Counter, min_count: int, max_size: int) -> List[str]:
+  """Tokens seen at least min_count times, most frequent first (ties by token), at most max_size."""
+  kept = sorted((t for t, c in counts.items() if c >= min_count), key=lambda t: (-counts[t], t))
+  return kept[:max_size] if max_size else kept
+
+
+class CharVocab(Vocab):
+  """Characters; a space is the token '▁' so decoding restores the text exactly."""
+
+  SPACE = '\u2581'
+
+  def _split(self, text: str) -> List[str]:
+    return [self.SPACE if c == ' ' else c for c in ' '.join(text.split())]
+
+  def encode(self, text: str, line: int = 0) -> List[int]:
+    return super().encode(' '.join(self._split(text)), line)
+
+  def decode(self, ids: Iterable[int]) -> str:
+    return ''.join(super().decode(ids).split()).replace(self.SPACE, ' ')
+
+
+class SentencePieceVocab:
+  """A SentencePiece model whose reserved ids are PAD, BOS, EOS, UNK = 0..3."""
+
+  def __init__(self, model_proto: bytes):
+    import sentencepiece  # pylint: disable=g-import-not-at-top  (the 'data' extra)
+    self.model_proto = model_proto
+    self.processor = sentencepiece.SentencePieceProcessor(model_proto=model_proto)
+    self.tokens = [self.processor.id_to_piece(i) for i in range(self.processor.get_piece_size())]
+    if tuple(self.tokens[:len(SPECIALS)]) != SPECIALS:
+      raise VocabError('this SentencePiece model does not reserve ids 0-3 for <pad> <s> </s> '
+                       '<unk>; build the vocabulary with nmt_jax (--mode=prepare)')
+
+  def __len__(self):
+    return len(self.tokens)
+
+  def encode(self, text: str, line: int = 0) -> List[int]:
+    del line  # every text encodes (unknown characters become <unk>)
+    return self.processor.encode(text) + [EOS]
+
+  def decode(self, ids: Iterable[int]) -> str:
+    kept = []
+    for i in ids:
+      i = int(i)
+      if i == EOS:
+        break
+      if i not in (PAD, BOS):
+        kept.append(i)
+    return self.processor.decode(kept)
+
+  def save(self, path: str):
+    with open(path, 'wb') as f:
+      f.write(self.model_proto)
+
+  def describe(self) -> str:
+    return f'SentencePiece, {len(self)} pieces'
+
+
+VOCAB_KINDS = ('sentencepiece', 'word', 'char')
+FILE_NAMES = {'sentencepiece': 'spm_{}.model', 'word': 'words_{}.txt', 'char': 'chars_{}.txt'}
+
+
+def vocab_path(directory: str, kind: str, side: str) -> str:
+  """side: 'shared', 'source' or 'target'."""
+  return os.path.join(directory, FILE_NAMES[kind].format(side))
+
+
+def build_vocab(kind: str, texts: Sequence[str], size: int, min_count: int = 1,
+                model_type: str = 'bpe'):
+  """A vocabulary of `kind` from training texts; `size` caps word/char vocabularies
+  (0 = no cap) and is the SentencePiece vocabulary size (reserved ids included)."""
+  if not texts:
+    raise VocabError('no training text to build the vocabulary from')
+  if kind == 'word':
+    return Vocab(most_frequent(word_counts(texts), min_count, size))
+  if kind == 'char':
+    chars = word_counts(texts, split=CharVocab(())._split)
+    return CharVocab(most_frequent(chars, min_count, size))
+  import sentencepiece  # pylint: disable=g-import-not-at-top
+  model = io.BytesIO()
+  try:
+    sentencepiece.SentencePieceTrainer.train(
+        sentence_iterator=iter(texts), model_writer=model, vocab_size=size,
+        model_type=model_type, character_coverage=1.0, minloglevel=2,
+        input_sentence_size=2_000_000, shuffle_input_sentence=True,
+        pad_id=PAD, bos_id=BOS, eos_id=EOS, unk_id=UNK, pad_piece=SPECIALS[PAD],
+        bos_piece=SPECIALS[BOS], eos_piece=SPECIALS[EOS], unk_piece=SPECIALS[UNK])
+  except RuntimeError as e:
+    detail = str(e).strip().splitlines()[-1]
+    raise VocabError(f'SentencePiece could not build a {size}-piece vocabulary ({detail}); '
+                     'lower data.vocab.size') from None
+  return SentencePieceVocab(model.getvalue())
+
+
+def load_vocab(kind: str, path: str):
+  if not os.path.exists(path):
+    raise VocabError(f'vocabulary file {path} is missing; build it with --mode=prepare '
+                     '(same --config and --workdir)')
+  if kind == 'sentencepiece':
+    with open(path, 'rb') as f:
+      return SentencePieceVocab(f.read())
+  with open(path, encoding='utf-8') as f:
+    tokens = [line.rstrip('\n') for line in f]
+  if tuple(tokens[:len(SPECIALS)]) != SPECIALS:
+    raise VocabError(f'vocabulary file {path} does not start with {" ".join(SPECIALS)}; '
+                     'rebuild it with --mode=prepare')
+  return (CharVocab if kind == 'char' else Vocab)(tokens[len(SPECIALS):])
 
 
 def pad_batch(sequences: Sequence[np.ndarray], length: int) -> np.ndarray:

@@ -4,6 +4,7 @@ Only process 0 writes; the others get a writer that does nothing.
 """
 
 import json
+import logging as std_logging
 import math
 import numbers
 import os
@@ -76,3 +77,11 @@ def read_metrics(workdir: str):
   path = os.path.join(workdir, 'metrics.jsonl')
   with open(path, encoding='utf-8') as f:
     return [json.loads(line) for line in f if line.strip()]
+
+
+class QuietLibraries:
+  """A logging filter dropping INFO records from Orbax's files (dozens per save), keeping
+  their warnings."""
+
+  def filter(self, record):
+    return record.levelno >= std_logging.WARNING or '/orbax/' not in record.pathname

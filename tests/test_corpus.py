@@ -1,0 +1,189 @@
+"""Vocabularies (word, char, SentencePiece) and plain-text corpora (`text:<prefix>`)."""
+
+import os
+
+import pytest
+
+from nmt_jax import corpus
+from nmt_jax import data
+from nmt_jax import default_config
+from nmt_jax import vocab as vocab_lib
+from nmt_jax.errors import DataError
+from nmt_jax.vocab import EOS, UNK
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+NUMBERS = os.path.join(ROOT, 'tests', 'data', 'numbers')
+TEXTS = ['Der Hund bellt.', 'Die Katze schläft, der Hund nicht.', 'Zwölf Boxkämpfer jagen Viktor.',
+         'Ein Hund, eine Katze.'] * 20
+
+
+# ----------------------------------------------------------------- vocabularies
+
+
+def test_word_vocab_counts_cutoff_and_unk(tmp_path):
+  vocab = vocab_lib.build_vocab('word', ['a b c a', 'b a d'], size=0, min_count=2)
+  assert vocab.tokens[4:] == ['a', 'b']            # by frequency; c and d seen once
+  assert vocab.encode('a d b') == [vocab.index['a'], UNK, vocab.index['b'], EOS]
+  assert vocab.decode(vocab.encode('b a')) == 'b a'
+  capped = vocab_lib.build_vocab('word', ['a b c a', 'b a d'], size=1)
+  assert capped.tokens[4:] == ['a']
+  path = str(tmp_path / 'words.txt')
+  vocab.save(path)
+  assert vocab_lib.load_vocab('word', path).tokens == vocab.tokens
+
+
+def test_char_vocab_round_trips_text(tmp_path):
+  vocab = vocab_lib.build_vocab('char', TEXTS, size=0)
+  for text in TEXTS:
+    assert vocab.decode(vocab.encode(text)) == text
+  assert vocab.decode(vocab.encode('Hund  bellt')) == 'Hund bellt'   # whitespace normalised
+  assert UNK in vocab.encode('Q')
+  path = str(tmp_path / 'chars.txt')
+  vocab.save(path)
+  loaded = vocab_lib.load_vocab('char', path)
+  assert loaded.encode(TEXTS[1]) == vocab.encode(TEXTS[1])
+
+
+@pytest.mark.parametrize('model_type', ['bpe', 'unigram'])
+def test_sentencepiece_round_trips_text(tmp_path, model_type):
+  vocab = vocab_lib.build_vocab('sentencepiece', TEXTS, size=40, model_type=model_type)
+  assert len(vocab) == 40 and vocab.tokens[:4] == list(vocab_lib.SPECIALS)
+  for text in TEXTS[:4]:
+    ids = vocab.encode(text)
+    assert ids[-1] == EOS and EOS not in ids[:-1]
+    assert vocab.decode(ids) == text
+  path = str(tmp_path / 'spm.model')
+  vocab.save(path)
+  assert vocab_lib.load_vocab('sentencepiece', path).encode(TEXTS[2]) == vocab.encode(TEXTS[2])
+
+
+def test_sentencepiece_too_large_is_a_clear_error():
+  with pytest.raises(vocab_lib.VocabError, match='lower data.vocab.size'):
+    vocab_lib.build_vocab('sentencepiece', ['a b'], size=5000)
+
+
+def test_vocab_file_errors(tmp_path):
+  with pytest.raises(vocab_lib.VocabError, match='is missing; build it with --mode=prepare'):
+    vocab_lib.load_vocab('word', str(tmp_path / 'nope.txt'))
+  bad = tmp_path / 'words.txt'
+  bad.write_text('a\nb\n')
+  with pytest.raises(vocab_lib.VocabError, match='does not start with'):
+    vocab_lib.load_vocab('word', str(bad))
+
+
+# ----------------------------------------------------------------- text corpora
+
+
+def text_config(prefix=NUMBERS, kind='word', max_length=20, **vocab):
+  config = default_config.get_config('tiny')
+  config.data.name = f'text:{prefix}'
+  config.data.max_length = max_length
+  config.data.vocab.kind = kind
+  config.data.vocab.size = 40 if kind == 'sentencepiece' else 0
+  for key, value in vocab.items():
+    config.data.vocab[key] = value
+  return default_config.validate(config)
+
+
+@pytest.mark.parametrize('kind, shared', [('word', True), ('char', False),
+                                          ('sentencepiece', True)])
+def test_text_task_builds_then_reuses_its_vocabularies(tmp_path, kind, shared):
+  config = text_config(kind=kind, shared=shared, max_length=60)
+  task = data.load_task(config.data, 0, str(tmp_path), build_vocab=True)
+  assert (len(task.train), len(task.eval), len(task.test)) == (400, 24, 24)
+  files = sorted(os.listdir(tmp_path / 'vocab'))
+  assert len(files) == (1 if shared else 2)
+  with open(f'{NUMBERS}.dev.en', encoding='utf-8') as f:
+    first = f.readline().strip()
+  assert task.target_vocab.decode(task.eval.target[0]) == first
+  assert task.eval.target_text[0] == first
+  before = {name: (tmp_path / 'vocab' / name).read_bytes() for name in files}
+  again = data.load_task(config.data, 0, str(tmp_path))    # reads, does not rebuild
+  assert again.source_vocab.tokens == task.source_vocab.tokens
+  assert {name: (tmp_path / 'vocab' / name).read_bytes() for name in files} == before
+
+
+def write_corpus(directory, **splits):
+  """splits: name -> (source lines, target lines) written as corpus.<name>.{de,en}."""
+  for name, (source, target) in splits.items():
+    for lang, lines in (('de', source), ('en', target)):
+      with open(os.path.join(directory, f'corpus.{name}.{lang}'), 'wb') as f:
+        f.write(lines if isinstance(lines, bytes) else ''.join(l + '\n' for l in lines).encode())
+  return os.path.join(directory, 'corpus')
+
+
+def test_empty_and_overlong_pairs_are_skipped_and_counted(tmp_path):
+  source = ['a b', '', 'a b c d e f', 'c', 'b a']
+  target = ['x y', 'x', 'x y', '  ', 'y x']
+  prefix = write_corpus(tmp_path, train=(source, target), dev=(source, target))
+  config = text_config(prefix, max_length=4)
+  vocab = vocab_lib.build_vocab('word', source + target, size=0)
+  split, dropped = corpus.encode_split(source, target, vocab, vocab, 4, 'train')
+  assert dropped == {'empty': 2, 'too_long': 1}
+  assert split.source_text == ['a b', 'b a']
+  task = data.load_task(config.data, 0, str(tmp_path / 'work'), build_vocab=True)
+  assert len(task.train) == 2 and task.test is None and task.test_or_eval is task.eval
+
+
+@pytest.mark.parametrize('splits, message', [
+    ({'train': (['a', 'b'], ['x']), 'dev': (['a'], ['x'])},
+     'corpus.train.de has 2 lines but {p}.train.en has 1'),
+    ({'train': (b'', b''), 'dev': (['a'], ['x'])}, 'corpus.train.de is empty'),
+    ({'train': (['a'], ['x']), 'dev': (b'a\n\xff\xfe b\n', b'x\ny\n')},
+     'corpus.dev.de:2: invalid UTF-8'),
+    ({'train': (['a'], ['x'])}, 'the dev split is missing: expected'),
+])
+def test_corpus_errors_name_the_file_and_line(tmp_path, splits, message):
+  prefix = write_corpus(tmp_path, **splits)
+  config = text_config(prefix)
+  with pytest.raises(DataError, match=None) as error:
+    data.load_task(config.data, 0, str(tmp_path / 'work'), build_vocab=True)
+  assert message.format(p=prefix) in str(error.value)
+  assert '\n' not in str(error.value)
+
+
+def test_missing_vocabulary_outside_training_is_an_error(tmp_path):
+  config = text_config()
+  with pytest.raises(DataError, match=r'words_shared.txt is missing; build it with --mode=prepare'):
+    data.load_task(config.data, 0, str(tmp_path))
+
+
+def test_text_corpus_needs_a_prefix_and_a_workdir():
+  config = text_config()
+  with pytest.raises(DataError, match='give --workdir'):
+    data.load_task(config.data, 0, None)
+  config.data.name = 'text:'
+  with pytest.raises(DataError, match='needs a path prefix'):
+    data.load_task(config.data, 0, '/tmp')
+
+
+# ----------------------------------------------------------------- end to end
+
+
+@pytest.mark.slow
+def test_prepare_train_eval_translate_on_a_text_corpus(tmp_path):
+  from tests.test_cli import QUICK, nmt  # pylint: disable=g-import-not-at-top
+  workdir = str(tmp_path / 'run')
+  args = ['--config=configs/global_general.py:tiny', f'--workdir={workdir}', *QUICK,
+          f'--config.data.name=text:{NUMBERS}', '--config.data.max_length=60',
+          '--config.data.vocab.kind=sentencepiece', '--config.data.vocab.size=48']
+  out = nmt(*args, '--mode=prepare')
+  assert 'train 400 pairs, validation 24 pairs, test 24 pairs' in out.stderr
+  assert os.listdir(os.path.join(workdir, 'vocab')) == ['spm_shared.model']
+  nmt(*args, '--config.train.num_steps=6')
+  with open(os.path.join(workdir, 'eval_results.json')) as f:
+    result = f.read()
+  assert '"eval_split": "test"' in result and '"num_sentences": 24' in result
+  translated = nmt(*args, '--mode=translate', input_text='Eins zwei drei.\nVier.\n')
+  assert len(translated.stdout.splitlines()) == 2
+
+  # A different vocabulary in the workdir is refused, and nothing is changed.
+  from tests.test_cli import snapshot  # pylint: disable=g-import-not-at-top
+  before = snapshot(os.path.join(workdir, 'checkpoints'))
+  vocab_lib.build_vocab('sentencepiece', ['völlig andere Wörter'] * 50, size=30).save(
+      os.path.join(workdir, 'vocab', 'spm_shared.model'))
+  for mode in ('train', 'eval'):
+    result = nmt(*args, f'--mode={mode}', check=False)
+    assert result.returncode == 2
+    assert 'different source vocabulary' in result.stderr.strip().splitlines()[-1]
+  assert snapshot(os.path.join(workdir, 'checkpoints')) == before
