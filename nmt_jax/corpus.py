@@ -126,20 +126,31 @@ def build_vocabs(data_config, directory: str, source_lines, target_lines) -> Dic
 
 def load_text_task(data_config, workdir: Optional[str], build_missing: bool):
   """The Task of a `text:<prefix>` corpus, with the workdir's vocabularies."""
-  from nmt_jax import data  # pylint: disable=g-import-not-at-top
   prefix = data_config.name[len('text:'):]
   src, tgt = data_config.source_lang, data_config.target_lang
   if not prefix:
     raise DataError("data.name='text:' needs a path prefix, e.g. text:corpora/news "
                     'for corpora/news.train.de, corpora/news.dev.de, ...')
-  if workdir is None:
-    raise DataError(f'data.name={data_config.name!r} keeps its vocabulary in the workdir; '
-                    'give --workdir')
+  _check_workdir(data_config, workdir)
   for split in ('train', 'eval'):
     if not has_split(prefix, split, src, tgt):
       paths = ' and '.join(split_paths(prefix, split, src, tgt))
       raise DataError(f'the {SPLIT_FILES[split]} split is missing: expected {paths}')
-  train_lines = read_split(prefix, 'train', src, tgt)
+  splits = [s for s in SPLIT_FILES if has_split(prefix, s, src, tgt)]
+  lines = {split: read_split(prefix, split, src, tgt) for split in splits}
+  names = {split: ' / '.join(split_paths(prefix, split, src, tgt)) for split in splits}
+  return task_from_lines(data_config, workdir, build_missing, lines, names)
+
+
+def _check_workdir(data_config, workdir):
+  if workdir is None:
+    raise DataError(f'data.name={data_config.name!r} keeps its vocabulary in the workdir; '
+                    'give --workdir')
+
+
+def task_from_lines(data_config, workdir: str, build_missing: bool, lines, names):
+  """lines: {'train'|'eval'|'test': (source lines, target lines)} -> Task (test optional)."""
+  from nmt_jax import data  # pylint: disable=g-import-not-at-top
   directory = os.path.join(workdir, 'vocab')
   files = vocab_files(data_config, directory)
   if not all(os.path.exists(p) for p in files.values()):
@@ -147,17 +158,86 @@ def load_text_task(data_config, workdir: Optional[str], build_missing: bool):
       missing = next(p for p in files.values() if not os.path.exists(p))
       raise DataError(f'vocabulary file {missing} is missing; build it with --mode=prepare '
                       '(same --config and --workdir)')
-    build_vocabs(data_config, directory, *train_lines)
+    build_vocabs(data_config, directory, *lines['train'])
   source_vocab = vocab_lib.load_vocab(data_config.vocab.kind, files['source'])
   target_vocab = vocab_lib.load_vocab(data_config.vocab.kind, files['target'])
+  splits = {split: encode_split(*pair, source_vocab, target_vocab, data_config.max_length,
+                                names[split])[0] for split, pair in lines.items()}
+  return data.Task(source_vocab, target_vocab, splits['train'], splits['eval'],
+                   data_config.max_length + 1, splits.get('test'))
 
-  def encode(split, lines):
-    paths = split_paths(prefix, split, src, tgt)
-    return encode_split(*lines, source_vocab, target_vocab, data_config.max_length,
-                        f'{paths[0]} / {paths[1]}')[0]
 
-  train = encode('train', train_lines)
-  dev = encode('eval', read_split(prefix, 'eval', src, tgt))
-  test = encode('test', read_split(prefix, 'test', src, tgt)) \
-      if has_split(prefix, 'test', src, tgt) else None
-  return data.Task(source_vocab, target_vocab, train, dev, data_config.max_length + 1, test)
+# ----------------------------------------------------------------- TFDS
+
+# Builder -> module whose import registers it (without TensorFlow, `import
+# tensorflow_datasets` does not register the translate builders; API_NOTES §7).
+TFDS_MODULES = {'wmt14_translate': 'wmt14', 'wmt15_translate': 'wmt15',
+                'wmt17_translate': 'wmt17', 'ted_hrlr_translate': 'ted_hrlr'}
+TFDS_SPLITS = {'train': 'train', 'eval': 'validation', 'test': 'test'}
+
+
+def tfds_builder(data_config):
+  """The TFDS builder of `tfds:<builder>/<config>`, checked against data.*_lang."""
+  try:
+    import tensorflow_datasets as tfds  # pylint: disable=g-import-not-at-top
+  except ImportError:
+    raise DataError(f'data.name={data_config.name!r} needs TensorFlow Datasets; '
+                    "pip install -e '.[data]'") from None
+  import importlib  # pylint: disable=g-import-not-at-top
+  name = data_config.name[len('tfds:'):]
+  builder_name, _, config_name = name.partition('/')
+  if builder_name not in TFDS_MODULES or not config_name:
+    raise DataError(f'data.name={data_config.name!r}: use tfds:<builder>/<config> with builder one '
+                    f'of {", ".join(TFDS_MODULES)}, e.g. tfds:wmt17_translate/de-en')
+  importlib.import_module(f'tensorflow_datasets.translate.{TFDS_MODULES[builder_name]}')
+  configs = {c.name: c for c in tfds.builder_cls(builder_name).BUILDER_CONFIGS}
+  if config_name not in configs:
+    raise DataError(f'{builder_name} has no config {config_name!r}; use one of '
+                    f'{", ".join(sorted(configs))}')
+  pair = tuple(configs[config_name].language_pair)
+  wanted = (data_config.source_lang, data_config.target_lang)
+  if set(wanted) != set(pair):
+    raise DataError(f'{builder_name}/{config_name} has the languages {pair[0]} and {pair[1]}, not '
+                    f'{wanted[0]}->{wanted[1]}; set --config.data.source_lang and '
+                    '--config.data.target_lang to those two (in either order)')
+  data_dir = data_config.tfds_data_dir or None
+  return tfds, tfds.builder(name, data_dir=data_dir, file_format='array_record'), name, data_dir
+
+
+def prepare_tfds(data_config):
+  """Downloads and prepares the dataset as array_record (the one step that may need the network)."""
+  tfds, builder, name, _ = tfds_builder(data_config)
+  if builder.is_prepared():
+    logging.info('%s is already prepared in %s', name, builder.data_dir)
+    return
+  logging.info('preparing %s in %s (downloads the corpus)', name, builder.data_dir)
+  try:
+    builder.download_and_prepare(
+        download_config=tfds.download.DownloadConfig(manual_dir=data_config.tfds_manual_dir or None))
+  except Exception as e:  # pylint: disable=broad-except  (network, missing manual files, ...)
+    first = (str(e).strip().splitlines() or [type(e).__name__])[0][:300]
+    raise DataError(f'could not prepare {name} ({first}); without network, download its files '
+                    'elsewhere and place them in --config.data.tfds_manual_dir') from None
+
+
+def load_tfds_task(data_config, workdir: Optional[str], build_missing: bool):
+  """The Task of a prepared `tfds:<builder>/<config>` corpus (read with tfds.data_source)."""
+  tfds, builder, name, data_dir = tfds_builder(data_config)
+  _check_workdir(data_config, workdir)
+  available = set(builder.info.splits.keys()) if builder.is_prepared() else set()
+  lines, names = {}, {}
+  for split, tfds_split in TFDS_SPLITS.items():
+    if available and tfds_split not in available:
+      if split == 'test':
+        continue
+      raise DataError(f'{name} has no {tfds_split!r} split (it has {", ".join(sorted(available))})')
+    try:
+      source = tfds.data_source(name, split=tfds_split, data_dir=data_dir, download=False)
+    except Exception:  # pylint: disable=broad-except  (not prepared, or not as array_record)
+      raise DataError(f'{name} is not prepared (as array_record) in {builder.data_dir}; run the '
+                      'same command with --mode=prepare first (it downloads the corpus)') from None
+    text = lambda x: x.decode('utf-8') if isinstance(x, bytes) else x
+    lines[split] = ([text(r[data_config.source_lang]) for r in source],
+                    [text(r[data_config.target_lang]) for r in source])
+    names[split] = f'{name} {tfds_split}'
+  return task_from_lines(data_config, workdir, build_missing, lines, names)

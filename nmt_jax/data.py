@@ -100,11 +100,11 @@ def load_task(data_config, seed: int, workdir: Optional[str] = None,
     from nmt_jax import corpus  # pylint: disable=g-import-not-at-top
     return corpus.load_text_task(data_config, workdir, build_vocab)
   if name.startswith('tfds:'):
-    raise DataError(f'data.name={name!r}: TFDS corpora are not supported yet; use '
-                    f'text:<prefix> files or one of {", ".join(EMBEDDED_TASKS)}')
+    from nmt_jax import corpus  # pylint: disable=g-import-not-at-top
+    return corpus.load_tfds_task(data_config, workdir, build_vocab)
   if name not in EMBEDDED_TASKS:
     raise DataError(f'unknown data.name {name!r}: use one of {", ".join(EMBEDDED_TASKS)}, '
-                    'text:<path prefix>')
+                    'text:<path prefix>, tfds:<builder>/<config>')
   symbols = symbol_names(data_config.num_symbols)
   vocab = vocab_lib.Vocab(symbols, allow_unk=False)
   offset = len(vocab_lib.SPECIALS)

@@ -245,6 +245,9 @@ def prepare(config, workdir: str) -> data.Task:
   if config.data.name in data.EMBEDDED_TASKS:
     logging.info('data.name=%s is generated on the fly; nothing to prepare', config.data.name)
   prepare_workdir(workdir)
+  if config.data.name.startswith('tfds:'):
+    from nmt_jax import corpus  # pylint: disable=g-import-not-at-top
+    corpus.prepare_tfds(config.data)
   task = data.load_task(config.data, config.seed, workdir, build_vocab=True)
   splits = [('train', task.train), ('validation', task.eval)] + (
       [('test', task.test)] if task.test is not None else [])

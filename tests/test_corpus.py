@@ -187,3 +187,55 @@ def test_prepare_train_eval_translate_on_a_text_corpus(tmp_path):
     assert result.returncode == 2
     assert 'different source vocabulary' in result.stderr.strip().splitlines()[-1]
   assert snapshot(os.path.join(workdir, 'checkpoints')) == before
+
+
+# ----------------------------------------------------------------- TFDS
+
+
+def tfds_config(**data_fields):
+  config = text_config(kind='word')
+  config.data.name = 'tfds:wmt17_translate/de-en'
+  config.data.max_length = 30
+  for key, value in data_fields.items():
+    config.data[key] = value
+  return config
+
+
+@pytest.mark.slow
+def test_tfds_prepare_train_and_evaluate_under_mock_data(tmp_path):
+  tfds = pytest.importorskip('tensorflow_datasets')
+  from nmt_jax import train  # pylint: disable=g-import-not-at-top
+  config = tfds_config(source_lang='en', target_lang='de')   # either direction of de-en
+  config.train.num_steps = 4
+  config.decode.beam_size = 1
+  workdir = str(tmp_path / 'run')
+  with tfds.testing.mock_data(num_examples=24):
+    task = train.prepare(config, workdir)
+    assert (len(task.train), len(task.eval), len(task.test)) == (24, 24, 24)
+    # Mock records are str in 'de'/'en'; the source side must be the English one.
+    assert task.train.source_text[0] == ' '.join(
+        tfds.data_source('wmt17_translate/de-en', split='train')[0]['en'].split())
+    assert os.listdir(os.path.join(workdir, 'vocab')) == ['words_shared.txt']
+    result = train.train_and_evaluate(config, workdir)
+  assert result['eval_split'] == 'test' and result['num_sentences'] == 24
+  assert os.path.exists(os.path.join(workdir, 'eval_results.json'))
+
+
+@pytest.mark.parametrize('fields, message', [
+    ({'source_lang': 'fr'}, 'has the languages de and en, not fr->en'),
+    ({'name': 'tfds:wmt17_translate/xx-en'}, 'wmt17_translate has no config'),
+    ({'name': 'tfds:wmt99_translate/de-en'}, 'use tfds:<builder>/<config>'),
+])
+def test_tfds_config_errors(tmp_path, fields, message):
+  pytest.importorskip('tensorflow_datasets')
+  with pytest.raises(DataError, match=None) as error:
+    data.load_task(tfds_config(**fields).data, 0, str(tmp_path))
+  assert message in str(error.value)
+
+
+def test_tfds_unprepared_dataset_says_what_to_run(tmp_path):
+  pytest.importorskip('tensorflow_datasets')
+  config = tfds_config(tfds_data_dir=str(tmp_path / 'tfds'))
+  with pytest.raises(DataError, match='is not prepared .* run the same command with '
+                     '--mode=prepare'):
+    data.load_task(config.data, 0, str(tmp_path / 'run'), build_vocab=True)
