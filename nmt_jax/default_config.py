@@ -231,6 +231,10 @@ def _apply_preset(config, preset):
     config.model.query = 'previous'
     config.model.input_feeding = False
     config.model.output_hidden_size = 600
+    # Word vocabularies of 50k per side, the rest <unk>; pairs over 50 words dropped.
+    config.data.vocab.kind = 'word'
+    config.data.vocab.size = 50_000
+    config.data.vocab.shared = False
     config.model.attention.score = 'concat'
     config.model.attention.sigma = 1.5
     config.model.dropout = 0.0
