@@ -1,6 +1,7 @@
 """Training pieces: loss, schedules, config validation, a few real steps."""
 
 import functools
+import os
 
 import jax
 import jax.numpy as jnp
@@ -135,3 +136,15 @@ def test_beta_needs_flexible_attention():
   config.train.beta = 0.1
   with pytest.raises(errors.ConfigError, match='train.beta'):
     default_config.validate(config)
+
+
+@pytest.mark.parametrize('preset', [None, 'copy200', 'chunk', 'wmt17_de_en', 'shu_de_en'])
+def test_every_config_file_and_preset_validates(preset):
+  import glob  # pylint: disable=g-import-not-at-top
+  root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+  files = sorted(glob.glob(os.path.join(root, 'configs', '*.py')))
+  assert len(files) == 12
+  for path in files:
+    name = os.path.basename(path)[:-3]
+    config = default_config.sibling_config(path, name, preset)
+    assert default_config.validate(config).model.attention.kind in default_config.ATTENTION_KINDS
