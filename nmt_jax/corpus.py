@@ -220,6 +220,11 @@ def prepare_tfds(data_config):
                     'elsewhere and place them in --config.data.tfds_manual_dir') from None
 
 
+def _as_text(value) -> str:
+  # Prepared records hold bytes; tfds.testing.mock_data gives str.
+  return value.decode('utf-8') if isinstance(value, bytes) else value
+
+
 def load_tfds_task(data_config, workdir: Optional[str], build_missing: bool):
   """The Task of a prepared `tfds:<builder>/<config>` corpus (read with tfds.data_source)."""
   tfds, builder, name, data_dir = tfds_builder(data_config)
@@ -236,8 +241,7 @@ def load_tfds_task(data_config, workdir: Optional[str], build_missing: bool):
     except Exception:  # pylint: disable=broad-except  (not prepared, or not as array_record)
       raise DataError(f'{name} is not prepared (as array_record) in {builder.data_dir}; run the '
                       'same command with --mode=prepare first (it downloads the corpus)') from None
-    text = lambda x: x.decode('utf-8') if isinstance(x, bytes) else x
-    lines[split] = ([text(r[data_config.source_lang]) for r in source],
-                    [text(r[data_config.target_lang]) for r in source])
+    lines[split] = ([_as_text(r[data_config.source_lang]) for r in source],
+                    [_as_text(r[data_config.target_lang]) for r in source])
     names[split] = f'{name} {tfds_split}'
   return task_from_lines(data_config, workdir, build_missing, lines, names)

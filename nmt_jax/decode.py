@@ -282,8 +282,8 @@ def decode_split(decode_fn, params, split, batch_size: int, boundaries, limit=No
   if mesh is None:
     sources = [jnp.asarray(batch['source']) for _, batch in batches]
   else:
-    sources = [parallel.shard_batch(parallel.local_part({'source': batch['source']}, mesh),
-                                    mesh)['source'] for _, batch in batches]
+    sources = [parallel.shard_global_batch({'source': batch['source']}, mesh)['source']
+               for _, batch in batches]
   start = time.perf_counter()
   executables = {}
   for source in sources:

@@ -148,6 +148,11 @@ def shard_batch(local_batch: Dict[str, np.ndarray], mesh: Mesh) -> Dict[str, jax
   return {k: jax.make_array_from_process_local_data(sharding, v) for k, v in local_batch.items()}
 
 
+def shard_global_batch(batch: Dict[str, np.ndarray], mesh: Mesh) -> Dict[str, jax.Array]:
+  """A global host batch (every process holds all rows) -> global arrays sharded along 'data'."""
+  return shard_batch(local_part(batch, mesh), mesh)
+
+
 def to_host(tree) -> Any:
   """Global arrays (possibly spread over processes) -> NumPy on every process."""
   if jax.process_count() == 1:

@@ -201,8 +201,7 @@ class Evaluator:
     sums = {'loss_sum': 0.0, 'tokens': 0.0}
     batch_size = self.config.train.batch_size
     for _, batch in data.eval_batches(split, batch_size, self.boundaries):
-      local = parallel.local_part(batch, self.mesh)
-      out = jax.device_get(self._eval_step(params, parallel.shard_batch(local, self.mesh)))
+      out = jax.device_get(self._eval_step(params, parallel.shard_global_batch(batch, self.mesh)))
       sums = {k: sums[k] + float(out[k]) for k in sums}
     return sums['loss_sum'] / max(sums['tokens'], 1.0)
 
