@@ -1,0 +1,213 @@
+"""Sweeps, aggregation, the tau sweep, translation with attention, plots and notebooks."""
+
+import csv
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from nmt_jax import inspect as nmt_inspect
+from tests import conftest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+pytestmark = pytest.mark.slow
+
+SWEEP_FILE = '''
+def get_sweep(arg=None):
+  quick = {{'decode.beam_size': 1, 'train.eval_num_sentences': 8, 'train.num_steps': 6}}
+  return [
+      {{'name': 'memory_k2', 'config': '{configs}/memory_k64.py:tiny',
+        'overrides': {{**quick, 'model.attention.num_memory': 2}}}},
+      {{'name': 'memory_k4', 'config': '{configs}/memory_k64.py:tiny',
+        'overrides': {{**quick, 'model.attention.num_memory': 4}}}},
+      {{'name': 'flexible', 'config': '{configs}/flexible.py:tiny', 'overrides': quick}},
+  ]
+'''
+
+
+def sweep(*args, check=True):
+  result = subprocess.run([sys.executable, '-m', 'nmt_jax.sweep', *args], cwd=ROOT,
+                          env=conftest.subprocess_env(), capture_output=True, text=True,
+                          timeout=900)
+  if check and result.returncode:
+    raise AssertionError(f'exit {result.returncode}\n{result.stderr[-3000:]}')
+  return result
+
+
+@pytest.fixture(scope='module')
+def runs(tmp_path_factory):
+  """Three tiny runs made by a sweep file, and a tau sweep of the flexible one."""
+  base = tmp_path_factory.mktemp('sweep')
+  sweep_file = base / 'tiny_sweep.py'
+  sweep_file.write_text(SWEEP_FILE.format(configs=os.path.join(ROOT, 'configs')))
+  root = str(base / 'runs')
+  sweep('run', f'--sweep={sweep_file}', f'--root={root}')
+  sweep('tau', '--config=configs/flexible.py:tiny', f'--workdir={root}/flexible',
+        '--taus=0.5,inf', '--config.decode.beam_size=1')
+  return {'root': root, 'sweep_file': str(sweep_file)}
+
+
+def test_sweep_runs_each_run_once(runs):
+  root = runs['root']
+  for name in ('memory_k2', 'memory_k4', 'flexible'):
+    run = nmt_inspect.load_run(os.path.join(root, name))
+    assert run.records('train')[-1]['step'] == 6
+    assert run.eval_results['checkpoint_step'] in (2, 4, 6)    # the best by validation BLEU
+    with open(os.path.join(root, name, 'config.json')) as f:
+      config = json.load(f)
+    if name.startswith('memory'):
+      assert config['model']['attention']['num_memory'] == int(name[-1])
+  before = os.path.getsize(os.path.join(root, 'flexible', 'metrics.jsonl'))
+  again = sweep('run', f'--sweep={runs["sweep_file"]}', f'--root={root}')
+  assert again.stderr.count('done before, skipped') == 3
+  assert os.path.getsize(os.path.join(root, 'flexible', 'metrics.jsonl')) == before
+
+
+def test_grid_dry_run_and_shards(tmp_path):
+  args = ['run', '--config=configs/memory_k64.py:tiny', f'--root={tmp_path}', '--dry_run',
+          '--grid=model.attention.num_memory=1,4,16', '--grid=model.attention.position_encoding=none,renorm',
+          '--config.train.num_steps=7', '--set=decode.beam_size=3']
+  lines = sweep(*args).stdout.strip().splitlines()
+  assert len(lines) == 6
+  assert all('--config.train.num_steps=7' in line and '--config.decode.beam_size=3' in line
+             for line in lines)
+  assert f'--workdir={tmp_path}/num_memory=16+position_encoding=renorm' in lines[-1]
+  assert '--config.model.attention.num_memory=16' in lines[-1]
+  shard = sweep(*args, '--shard=1/2').stdout.strip().splitlines()
+  assert shard == lines[1::2]
+  assert not os.listdir(tmp_path)          # a dry run writes nothing
+
+
+@pytest.mark.parametrize('args, fragment', [
+    (['run', '--root=/tmp/x'], 'either --sweep'),
+    (['run', '--sweep=configs/sweeps/britz_copy.py', '--root=/tmp/x', '--shard=2/2'], '--shard'),
+    (['run', '--config=configs/memory_k64.py', '--grid=num_memory', '--root=/tmp/x'],
+     'is not field=value'),
+    (['aggregate', '--root=/nonexistent'], 'found no workdirs'),
+    (['tau', '--config=configs/memory_k64.py:tiny', '--workdir=/tmp/x'], 'flexible attention'),
+])
+def test_sweep_errors_are_one_line(args, fragment):
+  result = sweep(*args, check=False)
+  assert result.returncode == 2
+  assert fragment in result.stderr and len(result.stderr.strip().splitlines()) == 1
+
+
+def test_aggregate_writes_csv_and_markdown(runs, tmp_path):
+  root = runs['root']
+  out = sweep('aggregate', f'--root={root}', f'--csv={tmp_path}/r.csv',
+              f'--markdown={tmp_path}/r.md')
+  with open(f'{tmp_path}/r.csv') as f:
+    rows = {row['run']: row for row in csv.DictReader(f)}
+  assert sorted(rows) == ['flexible', 'memory_k2', 'memory_k4']
+  for name, row in rows.items():
+    with open(os.path.join(root, name, 'eval_results.json')) as f:
+      result = json.load(f)
+    assert float(row['bleu']) == pytest.approx(result['bleu'])
+    assert float(row['decode_s']) == pytest.approx(
+        result['decode_ms_per_sentence'] * result['num_sentences'] / 1000)
+  assert rows['memory_k4']['K'] == '4' and rows['flexible']['K'] == ''
+  markdown = open(f'{tmp_path}/r.md').read().strip().splitlines()
+  assert len(markdown) == 2 + 3 and markdown[0].startswith('| run |')
+  assert out.stdout.strip().splitlines() == markdown
+
+
+def test_result_row_from_hand_written_workdir(tmp_path):
+  workdir = tmp_path / 'w'
+  workdir.mkdir()
+  (workdir / 'config.json').write_text(json.dumps({
+      'data': {'name': 'copy', 'max_length': 50},
+      'model': {'hidden_size': 8, 'attention': {'kind': 'global', 'score': 'concat',
+                                                'num_memory': 64, 'position_encoding': 'none'}}}))
+  records = [{'step': 1, 'split': 'train', 'loss': 3.0, 'tokens_per_sec': 10.0},
+             {'step': 2, 'split': 'train', 'loss': 2.0, 'tokens_per_sec': 100.0},
+             {'step': 3, 'split': 'train', 'loss': 1.0, 'tokens_per_sec': 200.0},
+             {'step': 3, 'split': 'valid', 'bleu': 40.0},
+             {'step': 6, 'split': 'valid', 'bleu': 30.0}]
+  (workdir / 'metrics.jsonl').write_text(''.join(json.dumps(r) + '\n' for r in records))
+  (workdir / 'eval_results.json').write_text(json.dumps(
+      {'bleu': 41.5, 'decode_ms_per_sentence': 2.5, 'num_sentences': 400, 'beam_size': 10}))
+  row, = nmt_inspect.results_table([str(workdir)])
+  assert row['decode_s'] == pytest.approx(1.0)
+  assert row['train_tokens_per_sec'] == pytest.approx(150.0)   # first window (compile) left out
+  assert row['best_valid_bleu'] == 40.0
+  assert row['K'] is None and row['PE'] is None and row['score'] == 'concat'
+  table = nmt_inspect.markdown_table([row]).splitlines()
+  assert 'chrf' not in table[0] and '| 41.50 |' in table[2]
+
+
+def test_tau_sweep_rows(runs):
+  with open(os.path.join(runs['root'], 'flexible', 'tau_sweep.json')) as f:
+    rows = {float(r['tau']) if r['tau'] != 'inf' else float('inf'): r
+            for r in json.load(f)['rows']}
+  with open(os.path.join(runs['root'], 'flexible', 'eval_results.json')) as f:
+    trained = json.load(f)     # greedy, tau = inf: the same decoding as the sweep's inf row
+  assert rows[float('inf')]['avg_window_fraction'] == pytest.approx(1.0)
+  assert rows[float('inf')]['bleu'] == pytest.approx(trained['bleu'])
+  assert rows[0.5]['avg_window'] <= rows[float('inf')]['avg_window']
+
+
+def test_translate_with_attention(runs):
+  from nmt_jax import train  # pylint: disable=g-import-not-at-top
+  root = runs['root']
+  sentences = nmt_inspect.sample_sentences(f'{root}/memory_k4', 4)
+  memory = nmt_inspect.translate_with_attention(f'{root}/memory_k4', sentences)
+  config = nmt_inspect.load_config(f'{root}/memory_k4')
+  config.decode.beam_size = 1
+  # The same hypotheses as the translate mode (greedy, no diagnostics).
+  assert [' '.join(t.hypothesis[:-1]) for t in memory] == train.translate(
+      config, f'{root}/memory_k4', sentences)
+  for t in memory:
+    assert t.weights.shape == (len(t.hypothesis), len(t.source))
+    assert t.extras['alpha'].shape == (len(t.source), 4)
+    # softmax over time per slot, softmax over slots per step: each step's product sums to 1.
+    np.testing.assert_allclose(t.weights.sum(-1), 1.0, rtol=1e-5)
+  flexible = nmt_inspect.translate_with_attention(f'{root}/flexible', sentences,
+                                                  overrides={'model.attention.tau': 0.5})
+  for t in flexible:
+    np.testing.assert_allclose(t.weights.sum(-1), 1.0, rtol=1e-5)
+    outside = np.arange(len(t.source))[None, :]
+    outside = (outside < t.extras['first'][:, None]) | (outside > t.extras['last'][:, None])
+    assert np.all(t.weights[outside] == 0)
+
+
+def test_plots_write_png(runs, tmp_path):
+  root = runs['root']
+  memory, flexible = (nmt_inspect.load_run(f'{root}/{n}') for n in ('memory_k4', 'flexible'))
+  nmt_inspect.plot_learning_curves([memory, flexible], str(tmp_path / 'curves.png'))
+  nmt_inspect.plot_tau_tradeoff([flexible], [memory], str(tmp_path / 'tau.png'))
+  rows = nmt_inspect.results_table([memory.workdir])
+  nmt_inspect.plot_results(rows, 'K', 'bleu', 'L', str(tmp_path / 'k.png'))
+  for name in ('curves', 'tau', 'k'):
+    with open(tmp_path / f'{name}.png', 'rb') as f:
+      assert f.read(8) == b'\x89PNG\r\n\x1a\n'
+  with pytest.raises(ValueError, match='no tau_sweep.json'):
+    nmt_inspect.plot_tau_tradeoff([memory])
+
+
+def _images(notebook):
+  return sum('image/png' in out.get('data', {}) for cell in notebook['cells']
+             for out in cell.get('outputs', []))
+
+
+@pytest.mark.parametrize('notebook, parameters, env_var, images', [
+    ('inspect_run', {'tau': 0.5}, ('NMT_JAX_WORKDIR', 'flexible'), 3 + 2),
+    ('inspect_run', {}, ('NMT_JAX_WORKDIR', 'memory_k4'), 1 + 3),
+    ('compare_runs', {}, ('NMT_JAX_WORKDIRS', 'memory_k2,memory_k4,flexible'), 1 + 2 + 1),
+])
+def test_notebooks_run_headless(runs, tmp_path, monkeypatch, notebook, parameters, env_var,
+                                images):
+  import papermill  # pylint: disable=g-import-not-at-top
+  variable, names = env_var
+  monkeypatch.setenv(variable, ','.join(f'{runs["root"]}/{n}' for n in names.split(',')))
+  for key, value in conftest.subprocess_env().items():
+    monkeypatch.setenv(key, value)
+  output = tmp_path / f'{notebook}.ipynb'
+  # Raises PapermillExecutionError if any cell fails.
+  papermill.execute_notebook(os.path.join(ROOT, 'notebooks', f'{notebook}.ipynb'), str(output),
+                             parameters=parameters, cwd=ROOT, progress_bar=False,
+                             kernel_name='python3')
+  with open(output) as f:
+    assert _images(json.load(f)) == images
