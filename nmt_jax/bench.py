@@ -10,6 +10,15 @@ train:  steady-state target tokens/s (real, non-PAD tokens), compile time,
 decode: ms per sentence and sentences/s over the evaluation split (1,000
         sentences for the copy task) for greedy, beam (decode.beam_size) and
         teacher-forced decoding, and the average attention window.
+data:   the input pipeline: loading (read, encode, length filter; once per run)
+        and the training iterator (Grain, the batches of --steps steps) in
+        sentences/s, next to what training consumes (--train_steps timed
+        steps of the same config) and their ratio. --synthetic=N writes an
+        N-pair corpus shaped like WMT (Zipfian words, 1..max_length words per
+        side) when the config's corpus is not available (no network):
+
+  python -m nmt_jax.bench data --config=configs/memory_k64_pe.py:wmt17_de_en \
+      --synthetic=100000 --json=data.json
 --compare runs a second config in the same process, alternating repetitions,
 and adds `speedup` = other's time / this config's time for each figure.
 
@@ -43,6 +52,11 @@ _STEPS = flags.DEFINE_integer('steps', 10, 'train: timed steps per repetition.')
 _WORKDIR = flags.DEFINE_string('workdir', None, 'decode: use this workdir\'s best checkpoint.')
 _MODES = flags.DEFINE_list('modes', 'greedy,beam,forced', 'decode: modes to time.')
 _NUM_SENTENCES = flags.DEFINE_integer('num_sentences', None, 'decode: sentences (default: all).')
+_SYNTHETIC = flags.DEFINE_integer('synthetic', 0, 'data: write and use a synthetic corpus of '
+                                  'this many pairs (0: the config\'s corpus).')
+_DATA_WORKDIR = flags.DEFINE_string('data_workdir', None, 'data: workdir holding the corpus\'s '
+                                    'vocabularies (real corpora; default: a temporary one).')
+_TRAIN_STEPS = flags.DEFINE_integer('train_steps', 10, 'data: timed training steps (0: skip).')
 
 
 def pin_threads(threads: Optional[int]):
@@ -123,18 +137,18 @@ def dense_flops(model_config, batch: int, source_len: int, target_len: int, voca
 # ----------------------------------------------------------------- train
 
 
-def bench_train(config, steps: int, repeats: int) -> Dict[str, Any]:
+def bench_train(config, steps: int, repeats: int, workdir: Optional[str] = None) -> Dict[str, Any]:
   import jax  # pylint: disable=g-import-not-at-top
   import numpy as np  # pylint: disable=g-import-not-at-top
   from nmt_jax import data, parallel, train  # pylint: disable=g-import-not-at-top
-  config, task, boundaries, batches, model, optimizer, _, mesh, state = train.build(config)
+  config, task, boundaries, batches, model, optimizer, _, mesh, state = train.build(config, workdir)
   step_fn = jax.jit(functools.partial(train.train_step, model=model, optimizer=optimizer,
                                       config=config), donate_argnums=0)
   # Compile every bucket shape ahead of time.
   start = time.perf_counter()
   compiled = {}
-  for length in boundaries:
-    sample = parallel.shard_batch(data.dummy_batch(config.train.batch_size, length), mesh)
+  for length, rows in zip(boundaries, batches.sizes):
+    sample = parallel.shard_batch(data.dummy_batch(rows, length), mesh)
     compiled[length] = step_fn.lower(state, sample).compile()
   compile_s = time.perf_counter() - start
 
@@ -171,6 +185,104 @@ def bench_train(config, steps: int, repeats: int) -> Dict[str, Any]:
       'fraction_of_matmul_rate': gflops / rate,
       'tokens_per_sec_runs': [r[1] / r[0] for r in results],
   }
+
+
+# ----------------------------------------------------------------- data
+
+
+def write_synthetic_corpus(prefix: str, pairs: int, max_words: int, seed: int = 0,
+                           source_lang: str = 'de', target_lang: str = 'en'):
+  """<prefix>.{train,dev}.{src,tgt}: Zipfian pseudo-words, lengths like news text.
+
+  Lengths: lognormal around 22 words, clipped to 1..max_words; the target is a
+  noisy, slightly longer rewrite of the source (so BPE sees two languages).
+  """
+  import numpy as np  # pylint: disable=g-import-not-at-top
+  rng = np.random.default_rng(seed)
+  letters = np.array(list('abcdefghijklmnopqrstuvwxyz'))
+  words = [''.join(rng.choice(letters, size=rng.integers(2, 11))) for _ in range(50_000)]
+  zipf = 1.0 / np.arange(1, len(words) + 1) ** 1.05
+  zipf /= zipf.sum()
+
+  def sentences(lengths, shift):
+    ids = rng.choice(len(words), size=int(lengths.sum()), p=zipf)
+    pieces = np.split((ids + shift) % len(words), np.cumsum(lengths)[:-1])
+    return [' '.join(words[i] for i in piece) for piece in pieces]
+
+  for split, count in (('train', pairs), ('dev', min(3_000, pairs))):
+    lengths = np.clip(rng.lognormal(3.0, 0.55, size=count).astype(int), 1, max_words)
+    longer = np.clip(lengths + rng.integers(0, 3, size=count), 1, max_words)
+    for lang, shift, side in ((source_lang, 0, lengths), (target_lang, 7, longer)):
+      with open(f'{prefix}.{split}.{lang}', 'w', encoding='utf-8') as f:
+        f.write('\n'.join(sentences(side, shift)) + '\n')
+
+
+def bench_data(config, synthetic: int, workdir: Optional[str], steps: int,
+               train_steps: int) -> Dict[str, Any]:
+  """Input pipeline throughput (sentences/s) against training consumption."""
+  import shutil  # pylint: disable=g-import-not-at-top
+  import tempfile  # pylint: disable=g-import-not-at-top
+  import numpy as np  # pylint: disable=g-import-not-at-top
+  from nmt_jax import data, default_config, parallel  # pylint: disable=g-import-not-at-top
+  config = default_config.validate(config)
+  scratch = tempfile.mkdtemp(prefix='nmt_jax_bench_data_')
+  try:
+    config.unlock()
+    if synthetic:
+      start = time.perf_counter()
+      write_synthetic_corpus(os.path.join(scratch, 'synthetic'), synthetic,
+                             config.data.max_length, config.seed,
+                             config.data.source_lang, config.data.target_lang)
+      config.data.name = f'text:{os.path.join(scratch, "synthetic")}'
+      print(f'wrote a synthetic corpus of {synthetic:,} pairs in '
+            f'{time.perf_counter() - start:.1f} s', file=sys.stderr)
+    config.lock()
+    workdir = workdir or os.path.join(scratch, 'workdir')
+    if config.data.name not in data.EMBEDDED_TASKS:
+      start = time.perf_counter()
+      data.load_task(config.data, config.seed, workdir, build_vocab=True)   # vocabularies
+      vocab_s = time.perf_counter() - start
+    else:
+      vocab_s = 0.0
+    start = time.perf_counter()
+    task = data.load_task(config.data, config.seed, workdir)
+    load_s = time.perf_counter() - start
+    pairs = len(task.train) + len(task.eval) + (len(task.test) if task.test else 0)
+    boundaries = data.bucket_boundaries(task.max_length, config.data.num_buckets)
+    mesh = parallel.make_mesh(config.parallel.mesh_shape)
+    sizes = data.batch_sizes(boundaries, config.train.batch_size, config.data.batch_tokens,
+                             mesh.devices.size)
+    batches = data.TrainBatches(task.train, sizes, boundaries, config.seed)
+    iterator = data.train_iterator(batches, steps + 1)
+    next(iterator)                              # thread start-up and the first epoch's shuffle
+    start = time.perf_counter()
+    made = [next(iterator) for _ in range(steps)]
+    iterate_s = time.perf_counter() - start
+    sentences = sum(len(b['source']) for b in made)
+    tokens = sum(int(np.sum(b['target_out'] != 0)) for b in made)
+    result = {
+        'corpus': 'synthetic' if synthetic else config.data.name,
+        'train_pairs': len(task.train),
+        'vocab_build_s': vocab_s,
+        'load_s': load_s,
+        'load_sentences_per_sec': pairs / load_s,
+        'pipeline_steps': steps,
+        'pipeline_sentences_per_sec': sentences / iterate_s,
+        'pipeline_tokens_per_sec': tokens / iterate_s,
+        'pipeline_ms_per_batch': 1000 * iterate_s / steps,
+        'sentences_per_batch': sentences / steps,
+        'peak_rss_mb': peak_rss_mb(),
+    }
+    if train_steps:
+      trained = bench_train(config, train_steps, 1, workdir)
+      consumed = result['sentences_per_batch'] / (trained['step_ms'] / 1000)
+      result.update({'train_step_ms': trained['step_ms'],
+                     'train_sentences_per_sec': consumed,
+                     'train_tokens_per_sec': trained['tokens_per_sec'],
+                     'pipeline_over_training': result['pipeline_sentences_per_sec'] / consumed})
+    return result
+  finally:
+    shutil.rmtree(scratch, ignore_errors=True)
 
 
 # ----------------------------------------------------------------- decode
@@ -313,8 +425,9 @@ def print_table(result: Dict[str, Any]):
 
 
 def main(argv):
-  if len(argv) != 2 or argv[1] not in ('train', 'decode'):
-    raise app.UsageError('usage: python -m nmt_jax.bench train|decode --config=... [--json=PATH]')
+  if len(argv) != 2 or argv[1] not in ('train', 'decode', 'data'):
+    raise app.UsageError('usage: python -m nmt_jax.bench train|decode|data --config=... '
+                         '[--json=PATH]')
   pin_threads(_THREADS.value)
   import logging as std_logging  # pylint: disable=g-import-not-at-top
   from nmt_jax import writers  # pylint: disable=g-import-not-at-top
@@ -334,6 +447,9 @@ def main(argv):
         result['compare_config'] = describe(compare)
         result['speedup'] = {'tokens_per_sec': result['this']['tokens_per_sec'] /
                                                result['other']['tokens_per_sec']}
+    elif argv[1] == 'data':
+      result['this'] = bench_data(config, _SYNTHETIC.value, _DATA_WORKDIR.value, _STEPS.value,
+                                  _TRAIN_STEPS.value)
     else:
       result.update(bench_decode(config, compare, _WORKDIR.value, _MODES.value, _REPEATS.value,
                                  _NUM_SENTENCES.value))

@@ -1,7 +1,8 @@
 """Orbax checkpoints of a workdir: the last few steps plus the best by validation BLEU.
 
-A step directory holds `state` (TrainState: step, params, optimizer state)
-and `meta` (JSON: config, vocabulary, validation metrics). Orbax writes each
+A step directory holds `state` (TrainState: step, params, optimizer state),
+`meta` (JSON: config, vocabulary, validation metrics) and `data` (the Grain
+training iterator's position, one file per process). Orbax writes each
 step to a temporary directory and renames it when complete, so a process
 killed mid-save leaves the previous checkpoints intact.
 """
@@ -10,6 +11,7 @@ import logging as std_logging
 import os
 from typing import Any, Dict, Optional, Tuple
 
+import grain
 import jax
 import numpy as np
 import orbax.checkpoint as ocp
@@ -61,7 +63,8 @@ class Checkpoints:
     self.manager = ocp.CheckpointManager(
         self.directory, options=options,
         item_handlers={'state': ocp.StandardCheckpointHandler(),
-                       'meta': ocp.JsonCheckpointHandler()})
+                       'meta': ocp.JsonCheckpointHandler(),
+                       'data': grain.checkpoint.CheckpointHandler()})
 
   def latest_step(self) -> Optional[int]:
     return self.manager.latest_step()
@@ -71,11 +74,19 @@ class Checkpoints:
     best = self.manager.best_step()
     return best if best is not None else self.latest_step()
 
-  def save(self, step: int, state, meta: Dict[str, Any], bleu: Optional[float] = None):
+  def save(self, step: int, state, meta: Dict[str, Any], bleu: Optional[float] = None,
+           data_iterator=None):
     """Starts an asynchronous save; `bleu` ranks it for the best checkpoint."""
-    self.manager.save(step, args=ocp.args.Composite(state=ocp.args.StandardSave(state),
-                                                    meta=ocp.args.JsonSave(meta)),
+    items = dict(state=ocp.args.StandardSave(state), meta=ocp.args.JsonSave(meta))
+    if data_iterator is not None:
+      items['data'] = grain.checkpoint.CheckpointSave(data_iterator)
+    self.manager.save(step, args=ocp.args.Composite(**items),
                       metrics=None if bleu is None else {'bleu': float(bleu)}, force=True)
+
+  def has_data_state(self, step: int) -> bool:
+    """Whether `step` holds this process's data-iterator state (same process count)."""
+    name = f'process_{jax.process_index()}-of-{jax.process_count()}.json'
+    return os.path.isfile(os.path.join(self.directory, str(step), 'data', name))
 
   def meta(self, step: int) -> Dict[str, Any]:
     return self.manager.restore(step, args=ocp.args.Composite(meta=ocp.args.JsonRestore())).meta
@@ -93,11 +104,17 @@ class Checkpoints:
             f'{stored.get(name, "(absent)")} there but {wanted.get(name, "(absent)")} here; '
             'use the config the workdir was trained with (its config.json) or a new --workdir')
 
-  def restore(self, step: int, abstract_state) -> Tuple[Any, Dict[str, Any]]:
-    """Restores (state, meta) of `step` onto the shapes/shardings of abstract_state."""
+  def restore(self, step: int, abstract_state, data_iterator=None) -> Tuple[Any, Dict[str, Any]]:
+    """Restores (state, meta) of `step` onto the shapes/shardings of abstract_state.
+
+    `data_iterator` (a Grain iterator) is moved to the saved position when the
+    checkpoint has one for this process; the caller checks it against the step.
+    """
     self.check_compatible(step, abstract_state)
-    restored = self.manager.restore(step, args=ocp.args.Composite(
-        state=ocp.args.StandardRestore(abstract_state), meta=ocp.args.JsonRestore()))
+    items = dict(state=ocp.args.StandardRestore(abstract_state), meta=ocp.args.JsonRestore())
+    if data_iterator is not None and self.has_data_state(step):
+      items['data'] = grain.checkpoint.CheckpointRestore(data_iterator)
+    restored = self.manager.restore(step, args=ocp.args.Composite(**items))
     return restored.state, restored.meta
 
   def restore_params(self, step: int, abstract_params, sharding, what: str = 'this config'):

@@ -7,6 +7,7 @@ run would have seen, with nothing to checkpoint but the step.
 """
 
 import dataclasses
+import functools
 import math
 from typing import Dict, Iterator, List, Optional, Sequence, Tuple
 
@@ -155,17 +156,39 @@ def dummy_batch(batch_size: int, length: int) -> Batch:
   return {'source': tokens, 'target_in': tokens, 'target_out': tokens}
 
 
+def batch_sizes(boundaries: Sequence[int], batch_size: int, batch_tokens: int = 0,
+                multiple: int = 1) -> List[int]:
+  """Sentences per batch in each bucket.
+
+  batch_tokens = 0: `batch_size` everywhere. Otherwise as many sentences as fit
+  in `batch_tokens` padded tokens (rows x bucket length), rounded down to a
+  multiple of `multiple` (the device count, so batches split evenly).
+  """
+  if not batch_tokens:
+    return [batch_size] * len(boundaries)
+  sizes = [batch_tokens // length // multiple * multiple for length in boundaries]
+  if not sizes[-1]:
+    from nmt_jax.errors import ConfigError  # pylint: disable=g-import-not-at-top
+    raise ConfigError(
+        f'config: data.batch_tokens={batch_tokens} holds no batch of {multiple} sentence(s) of the '
+        f'longest bucket ({boundaries[-1]} tokens); use at least {boundaries[-1] * multiple} '
+        '(--config.data.batch_tokens=...)')
+  return sizes
+
+
 class TrainBatches:
   """Shuffled, length-bucketed training batches; `batch(step)` is a pure function of step.
 
   Each epoch is a seeded permutation grouped by bucket into full batches
   (a bucket's last partial batch is left out of that epoch), in shuffled order.
+  `batch_size` is one size for every bucket or one per bucket (see batch_sizes).
   """
 
-  def __init__(self, split: Split, batch_size: int, boundaries: Sequence[int], seed: int):
+  def __init__(self, split: Split, batch_size, boundaries: Sequence[int], seed: int):
     self.split = split
-    self.batch_size = batch_size
     self.boundaries = list(boundaries)
+    self.sizes = ([batch_size] * len(self.boundaries) if isinstance(batch_size, int)
+                  else list(batch_size))
     self.seed = seed
     lengths = example_lengths(split)
     if lengths.max() > self.boundaries[-1]:
@@ -173,11 +196,11 @@ class TrainBatches:
                       f'{self.boundaries[-1]}; raise data.max_length')
     self.bucket = np.searchsorted(self.boundaries, lengths)               # bucket of each example
     # Full batches per bucket do not depend on the order, so every epoch has as many.
-    self.num_batches = int(sum(np.sum(self.bucket == b) // batch_size
-                               for b in range(len(self.boundaries))))
+    self.num_batches = int(sum(np.sum(self.bucket == b) // size
+                               for b, size in enumerate(self.sizes)))
     if not self.num_batches:
       raise DataError(f'the training split ({len(split)} examples) fills no batch of '
-                      f'{batch_size} in any length bucket; lower train.batch_size')
+                      f'{max(self.sizes)} in any length bucket; lower train.batch_size')
     self._cached_epoch: Tuple[int, List[np.ndarray]] = (-1, [])
 
   def epoch(self, epoch: int) -> List[np.ndarray]:
@@ -186,25 +209,50 @@ class TrainBatches:
       rng = np.random.default_rng([self.seed, 2, epoch])
       order = rng.permutation(len(self.split))
       batches = []
-      for b in range(len(self.boundaries)):
+      for b, size in enumerate(self.sizes):
         members = order[self.bucket[order] == b]
-        full = len(members) // self.batch_size * self.batch_size
-        batches += np.split(members[:full], full // self.batch_size) if full else []
+        full = len(members) // size * size
+        batches += np.split(members[:full], full // size) if full else []
       self._cached_epoch = (epoch, [batches[i] for i in rng.permutation(len(batches))])
     return self._cached_epoch[1]
 
-  def batch(self, step: int, rows: slice = slice(None)) -> Batch:
-    """The batch of `step`; `rows` selects the part one process feeds (all by default)."""
+  def examples(self, step: int, rows=slice(None)) -> Tuple[np.ndarray, int]:
+    """(example indices, padded length) of `step`'s batch.
+
+    `rows` selects the part one process feeds: a slice, or a function from the
+    batch's row count to a slice (batches by tokens differ in rows per bucket).
+    """
     epoch, index = divmod(step, self.num_batches)
     examples = self.epoch(epoch)[index]
-    length = self.boundaries[self.bucket[examples[0]]]
-    return make_batch(self.split, examples[rows], length)
+    rows = rows(len(examples)) if callable(rows) else rows
+    return examples[rows], self.boundaries[self.bucket[examples[0]]]
+
+  def batch(self, step: int, rows=slice(None)) -> Batch:
+    """The batch of `step` (`rows`: see `examples`)."""
+    examples, length = self.examples(step, rows)
+    return make_batch(self.split, examples, length)
 
   def iterate(self, start_step: int) -> Iterator[Batch]:
     step = start_step
     while True:
       yield self.batch(step)
       step += 1
+
+
+def train_iterator(batches: TrainBatches, num_steps: int, rows=slice(None), prefetch: int = 4):
+  """A Grain iterator over the batches of steps 0..num_steps-1, built ahead in a thread.
+
+  Its state ({'next_index': step}) is saved with each checkpoint (checkpoint.py),
+  so a resumed run continues on the batch an uninterrupted one would see.
+  """
+  import grain  # pylint: disable=g-import-not-at-top
+  dataset = grain.MapDataset.range(num_steps).map(functools.partial(_step_batch, batches, rows))
+  return iter(dataset.to_iter_dataset(
+      grain.ReadOptions(num_threads=1, prefetch_buffer_size=prefetch)))
+
+
+def _step_batch(batches: TrainBatches, rows, step) -> Batch:
+  return batches.batch(int(step), rows)
 
 
 def eval_batches(split: Split, batch_size: int, boundaries: Sequence[int],

@@ -56,6 +56,9 @@ def get_config(arg=None):
   # Batches are padded to one of this many bucket lengths, so jit compiles
   # one train step per bucket instead of one per batch.
   config.data.num_buckets = 4
+  # Batch by tokens: each bucket's batches hold as many sentences as fit in this
+  # many padded tokens (a multiple of the device count). 0 = train.batch_size sentences.
+  config.data.batch_tokens = 0
   # tfds: corpora: TFDS data_dir ('' = TFDS default) and manual_dir (files placed by hand).
   config.data.tfds_data_dir = ''
   config.data.tfds_manual_dir = ''
@@ -323,7 +326,8 @@ def validate(config):
     _positive(config, field)
   for field in ('model.attention.window', 'model.attention.tau', 'train.clip_norm',
                 'train.label_smoothing', 'train.beta', 'train.warmup_steps',
-                'decode.length_penalty', 'model.output_hidden_size', 'model.dropout'):
+                'decode.length_penalty', 'model.output_hidden_size', 'model.dropout',
+                'data.batch_tokens'):
     _positive(config, field, allow_zero=True)
   _choice(config, 'model.attention.kind', ATTENTION_KINDS)
   _choice(config, 'model.attention.score', SCORES)
@@ -379,5 +383,10 @@ def validate(config):
 def _check_devices(config):
   """The mesh fits the devices, and the training batch splits evenly over them."""
   from nmt_jax import parallel  # pylint: disable=g-import-not-at-top  (imports JAX)
+  from nmt_jax import data  # pylint: disable=g-import-not-at-top
   mesh = parallel.make_mesh(config.parallel.mesh_shape)
   parallel.check_divisible(config.train.batch_size, mesh, 'train.batch_size')
+  if config.data.batch_tokens:
+    boundaries = data.bucket_boundaries(config.data.max_length + 1, config.data.num_buckets)
+    data.batch_sizes(boundaries, config.train.batch_size, config.data.batch_tokens,
+                     mesh.devices.size)

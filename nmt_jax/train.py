@@ -172,8 +172,10 @@ def build(config, workdir: Optional[str] = None) -> Setup:
   config = default_config.validate(config)
   task = data.load_task(config.data, config.seed, workdir, build_vocab=True)
   boundaries = data.bucket_boundaries(task.max_length, config.data.num_buckets)
-  batches = data.TrainBatches(task.train, config.train.batch_size, boundaries, config.seed)
   mesh = parallel.make_mesh(config.parallel.mesh_shape)
+  sizes = data.batch_sizes(boundaries, config.train.batch_size, config.data.batch_tokens,
+                           mesh.devices.size)
+  batches = data.TrainBatches(task.train, sizes, boundaries, config.seed)
   model = create_model(config, task)
   optimizer, schedule = create_optimizer(config.train, batches.num_batches)
   state = init_state(config, model, optimizer, mesh, data.dummy_batch(1, boundaries[0]))
@@ -347,11 +349,21 @@ def train_and_evaluate(config, workdir: str) -> Dict[str, Any]:
   # ------------------------------------------------------------- checkpoints
   ckpts = checkpoint.Checkpoints(workdir, keep=config.train.keep_checkpoints)
   writer = None
+  # Each process builds only its rows of every batch, ahead of the step, in a Grain thread.
+  rows = functools.partial(parallel.process_rows, mesh=mesh)
+  iterator = data.train_iterator(batches, config.train.num_steps, rows)
   try:
     start = ckpts.latest_step() or 0
     if start:
       check_vocab(ckpts.meta(start), task, f'workdir {workdir}')   # before shapes: says why
-      state, _ = ckpts.restore(start, checkpoint.abstract(state))
+      state, _ = ckpts.restore(start, checkpoint.abstract(state), iterator)
+      position = iterator.get_state()['next_index']
+      if position not in (0, start):
+        raise CheckpointError(f'checkpoint {start} in {workdir} has its data iterator at batch '
+                              f'{position}; the checkpoint is inconsistent, resume from another '
+                              'step or start a new --workdir')
+      if position != start:    # saved with another process count: the stream is a function of step
+        iterator.set_state({'next_index': start})
       logging.info('resuming from step %d', start)
     elif config.train.init_from:
       params, from_step = load_params_from(config.train.init_from, config,
@@ -363,11 +375,13 @@ def train_and_evaluate(config, workdir: str) -> Dict[str, Any]:
     writer = writers.MetricWriter(workdir, enabled=lead)
     evaluator = Evaluator(config, model, task, mesh)
     runner = make_step_runner(config, model, optimizer, mesh)
-    logging.info('global batch %d over %d device(s) in %d process(es), parallel.mode=%s',
+    logging.info('global batch %s over %d device(s) in %d process(es), parallel.mode=%s',
+                 f'{config.data.batch_tokens} tokens (sentences per bucket: '
+                 f'{", ".join(map(str, batches.sizes))})' if config.data.batch_tokens else
                  config.train.batch_size, mesh.devices.size, jax.process_count(),
                  config.parallel.mode)
-    _train_loop(config, runner.to_loop(state), start, runner, batches, schedule, evaluator,
-                ckpts, writer, task, mesh)
+    _train_loop(config, runner.to_loop(state), start, runner, batches, iterator, schedule,
+                evaluator, ckpts, writer, task, mesh)
   finally:
     ckpts.close()
     if writer is not None:
@@ -375,13 +389,12 @@ def train_and_evaluate(config, workdir: str) -> Dict[str, Any]:
   return evaluate(config, workdir)
 
 
-def _train_loop(config, state, start, runner, batches, schedule, evaluator, ckpts, writer, task,
-                mesh):
+def _train_loop(config, state, start, runner, batches, iterator, schedule, evaluator, ckpts,
+                writer, task, mesh):
   t = config.train
-  rows = parallel.process_rows(t.batch_size, mesh)
   devices = mesh.devices.size
   timer = time.perf_counter()
-  since_log = {'loss_sum': 0.0, 'tokens': 0.0, 'grad_norm': 0.0, 'steps': 0}
+  since_log = {'loss_sum': 0.0, 'tokens': 0.0, 'grad_norm': 0.0, 'steps': 0, 'sentences': 0}
   pending = None   # (step, device metrics) of the previous step: at most two steps in flight
   last_saved = ckpts.latest_step()
 
@@ -398,7 +411,9 @@ def _train_loop(config, state, start, runner, batches, schedule, evaluator, ckpt
     since_log['steps'] += 1
 
   for step in range(start, t.num_steps):
-    state, device_metrics = runner.run(state, batches.batch(step, rows))
+    batch = next(iterator)
+    since_log['sentences'] += len(batch['source']) * jax.process_count()
+    state, device_metrics = runner.run(state, batch)
     if pending is not None:
       consume(*pending)
     pending = (step + 1, device_metrics)
@@ -412,7 +427,8 @@ def _train_loop(config, state, start, runner, batches, schedule, evaluator, ckpt
                 # Target tokens of the global batch, over all devices and per device.
                 'tokens_per_sec': since_log['tokens'] / elapsed,
                 'tokens_per_sec_per_device': since_log['tokens'] / elapsed / devices,
-                'global_batch': t.batch_size,
+                # Sentences per step (varies by bucket with data.batch_tokens).
+                'global_batch': since_log['sentences'] / max(since_log['steps'], 1),
                 'devices': devices,
                 'grad_norm': since_log['grad_norm'] / max(since_log['steps'], 1),
                 'learning_rate': float(schedule(done - 1)),
@@ -424,7 +440,7 @@ def _train_loop(config, state, start, runner, batches, schedule, evaluator, ckpt
       logging.info('step %d/%d | loss %.4f | %s tgt tok/s%s | lr %.2e | ETA %s', done,
                    t.num_steps, record['loss'], f'{record["tokens_per_sec"]:,.0f}', per_device,
                    record['learning_rate'], _duration(eta))
-      since_log = {'loss_sum': 0.0, 'tokens': 0.0, 'grad_norm': 0.0, 'steps': 0}
+      since_log = {'loss_sum': 0.0, 'tokens': 0.0, 'grad_norm': 0.0, 'steps': 0, 'sentences': 0}
       timer = time.perf_counter()
     validation = None
     if done % t.eval_every == 0 or last:
@@ -443,8 +459,9 @@ def _train_loop(config, state, start, runner, batches, schedule, evaluator, ckpt
       if pending is not None:   # never save a state whose loss was not checked
         consume(*pending)
         pending = None
-      ckpts.save(done, runner.to_global(state), checkpoint_meta(config, task, done, validation and _scalars(validation)),
-                 bleu=validation['bleu'] if validation else None)
+      ckpts.save(done, runner.to_global(state),
+                 checkpoint_meta(config, task, done, validation and _scalars(validation)),
+                 bleu=validation['bleu'] if validation else None, data_iterator=iterator)
       last_saved = done
       timer = time.perf_counter()
 

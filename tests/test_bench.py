@@ -42,3 +42,29 @@ def test_bench_decode_json_with_compare(tmp_path):
       assert figures['avg_window'] > 0 and figures['compile_s'] > 0
   assert result['this']['greedy']['avg_window'] == 64           # K memory slots (memory_k64)
   assert set(result['speedup']) == {'greedy', 'beam2', 'forced'}
+
+
+def test_bench_data_json_on_a_synthetic_corpus(tmp_path):
+  path = tmp_path / 'data.json'
+  bench('data', '--config=configs/global_general.py:tiny', '--synthetic=400', '--steps=5',
+        '--train_steps=2', '--config.data.vocab.kind=word', '--config.data.max_length=40',
+        '--config.data.batch_tokens=200', f'--json={path}')
+  result = json.loads(path.read_text())['this']
+  assert result['corpus'] == 'synthetic' and 0 < result['train_pairs'] <= 400
+  for key in ('load_sentences_per_sec', 'pipeline_sentences_per_sec', 'train_sentences_per_sec',
+              'pipeline_over_training'):
+    assert result[key] > 0, key
+  # Batches by tokens: at most 200 padded tokens, so fewer sentences than the longest bucket allows.
+  assert result['sentences_per_batch'] <= 200 // 11
+
+
+def test_synthetic_corpus_is_parallel_and_bounded(tmp_path):
+  from nmt_jax import bench as bench_lib  # pylint: disable=g-import-not-at-top
+  prefix = str(tmp_path / 'c')
+  bench_lib.write_synthetic_corpus(prefix, 300, max_words=30)
+  for split, count in (('train', 300), ('dev', 300)):
+    de = open(f'{prefix}.{split}.de').read().splitlines()
+    en = open(f'{prefix}.{split}.en').read().splitlines()
+    assert len(de) == len(en) == count
+    assert all(1 <= len(s.split()) <= 30 for s in de + en)
+    assert all(len(t.split()) >= len(s.split()) for s, t in zip(de, en))

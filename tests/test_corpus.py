@@ -239,3 +239,20 @@ def test_tfds_unprepared_dataset_says_what_to_run(tmp_path):
   with pytest.raises(DataError, match='is not prepared .* run the same command with '
                      '--mode=prepare'):
     data.load_task(config.data, 0, str(tmp_path / 'run'), build_vocab=True)
+
+
+def test_tfds_prepare_offline_says_where_to_put_the_files(tmp_path, monkeypatch):
+  tfds = pytest.importorskip('tensorflow_datasets')
+  from nmt_jax import corpus  # pylint: disable=g-import-not-at-top
+
+  def offline(*args, **kwargs):
+    raise ConnectionError('Failed to establish a new connection: [Errno -3] name resolution')
+
+  # What download_and_prepare raises on a machine without network, without touching it.
+  monkeypatch.setattr(tfds.core.DatasetBuilder, 'download_and_prepare', offline)
+  config = tfds_config(tfds_data_dir=str(tmp_path / 'tfds'))
+  with pytest.raises(DataError) as error:
+    corpus.prepare_tfds(config.data)
+  message = str(error.value)
+  assert 'could not prepare wmt17_translate/de-en (Failed to establish' in message
+  assert 'tfds_manual_dir' in message and '\n' not in message
