@@ -31,10 +31,11 @@ class RunRecord:
   metrics: List[Dict[str, Any]]
   eval_results: Optional[Dict[str, Any]]
   tau_sweep: Optional[List[Dict[str, Any]]]
+  label: Optional[str] = None      # name in legends; default: the workdir's last component
 
   @property
   def name(self) -> str:
-    return os.path.basename(os.path.normpath(self.workdir))
+    return self.label or os.path.basename(os.path.normpath(self.workdir))
 
   def records(self, split: str) -> List[Dict[str, Any]]:
     """metrics.jsonl records of one split ('train', 'valid', 'eval'), by step."""

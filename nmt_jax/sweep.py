@@ -57,6 +57,8 @@ _WORKDIRS = flags.DEFINE_list('workdirs', None, 'aggregate: workdirs (else --roo
 _WORKDIR = flags.DEFINE_string('workdir', None, 'tau: the trained workdir.')
 _CSV = flags.DEFINE_string('csv', None, 'aggregate: write the table as CSV here.')
 _MARKDOWN = flags.DEFINE_string('markdown', None, 'aggregate: write a markdown table here.')
+_PLOTS = flags.DEFINE_string('plots', None, 'aggregate: write the standard plots (PNG) into '
+                             'this directory (see write_plots).')
 _TAUS = flags.DEFINE_list('taus', [str(t) for t in SHU_TAUS], 'tau: thresholds (inf = no pruning).')
 _BEAM = flags.DEFINE_integer('beam_size', 1, 'tau: beam size of the decoding at each tau.')
 
@@ -194,6 +196,34 @@ def tau_sweep(config, workdir: str, taus: Sequence[float], beam_size: int) -> Li
   return rows
 
 
+def write_plots(workdirs: Sequence[str], rows: Sequence[Dict], directory: str,
+                root=None) -> List[str]:
+  """learning_curves.png; memory runs: bleu_vs_K.png and decode_s_vs_K.png (one line per L);
+  runs with a tau sweep: tau_tradeoff.png (the other runs as points). -> paths written."""
+  os.makedirs(directory, exist_ok=True)
+  runs = [nmt_inspect.load_run(w) for w in workdirs]
+  if root:
+    for run in runs:   # legends name runs by their path under the root ('L20/memory_k4')
+      run.label = os.path.relpath(run.workdir, root)
+  written = []
+
+  def save(figure, name):
+    path = os.path.join(directory, name)
+    figure.savefig(path, dpi=110)
+    written.append(path)
+
+  save(nmt_inspect.plot_learning_curves(runs), 'learning_curves.png')
+  memory = [r for r in rows if r['attention'] == 'memory']
+  if memory:
+    save(nmt_inspect.plot_results(memory, 'K', 'bleu', 'L', logx=True), 'bleu_vs_K.png')
+    save(nmt_inspect.plot_results(memory, 'K', 'decode_s', 'L', logx=True), 'decode_s_vs_K.png')
+  swept = [r for r in runs if r.tau_sweep]
+  if swept:
+    save(nmt_inspect.plot_tau_tradeoff(swept, [r for r in runs if not r.tau_sweep]),
+         'tau_tradeoff.png')
+  return written
+
+
 def _common_overrides() -> Dict[str, object]:
   return dict(_parse_assignment(text, 'set') for text in _SET.value)
 
@@ -236,6 +266,9 @@ def main(argv):
       if _MARKDOWN.value:
         with open(_MARKDOWN.value, 'w', encoding='utf-8') as f:
           f.write(table + '\n')
+      if _PLOTS.value:
+        for path in write_plots(workdirs, rows, _PLOTS.value, _ROOT.value):
+          logging.info('wrote %s', path)
       print(table)
     else:
       if _CONFIG.value is None or not _WORKDIR.value:

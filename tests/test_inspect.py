@@ -98,7 +98,9 @@ def test_sweep_errors_are_one_line(args, fragment):
 def test_aggregate_writes_csv_and_markdown(runs, tmp_path):
   root = runs['root']
   out = sweep('aggregate', f'--root={root}', f'--csv={tmp_path}/r.csv',
-              f'--markdown={tmp_path}/r.md')
+              f'--markdown={tmp_path}/r.md', f'--plots={tmp_path}/plots')
+  assert sorted(os.listdir(tmp_path / 'plots')) == [
+      'bleu_vs_K.png', 'decode_s_vs_K.png', 'learning_curves.png', 'tau_tradeoff.png']
   with open(f'{tmp_path}/r.csv') as f:
     rows = {row['run']: row for row in csv.DictReader(f)}
   assert sorted(rows) == ['flexible', 'memory_k2', 'memory_k4']
