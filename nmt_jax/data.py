@@ -232,12 +232,6 @@ class TrainBatches:
     examples, length = self.examples(step, rows)
     return make_batch(self.split, examples, length)
 
-  def iterate(self, start_step: int) -> Iterator[Batch]:
-    step = start_step
-    while True:
-      yield self.batch(step)
-      step += 1
-
 
 def train_iterator(batches: TrainBatches, num_steps: int, rows=slice(None), prefetch: int = 4):
   """A Grain iterator over the batches of steps 0..num_steps-1, built ahead in a thread.
