@@ -8,7 +8,10 @@ counted and logged. The vocabularies are built once from the training split
 (`--mode=prepare`, or the first training run) into `<workdir>/vocab/`.
 """
 
+import hashlib
+import json
 import os
+import shutil
 from typing import Dict, List, Optional, Tuple
 
 from absl import logging
@@ -140,15 +143,96 @@ def load_text_task(data_config, workdir: Optional[str], build_missing: bool):
       paths = ' and '.join(split_paths(prefix, split, src, tgt))
       raise DataError(f'the {SPLIT_FILES[split]} split is missing: expected {paths}')
   splits = [s for s in SPLIT_FILES if has_split(prefix, s, src, tgt)]
-  lines = {split: read_split(prefix, split, src, tgt) for split in splits}
   names = {split: ' / '.join(split_paths(prefix, split, src, tgt)) for split in splits}
-  return task_from_lines(data_config, workdir, build_missing, lines, names)
+  # The cache is current while every file keeps its size and modification time.
+  identity = [(path, os.stat(path).st_size, os.stat(path).st_mtime_ns)
+              for split in splits for path in split_paths(prefix, split, src, tgt)]
+  return cached_task(data_config, workdir, build_missing, identity, names,
+                     lambda: {split: read_split(prefix, split, src, tgt) for split in splits})
 
 
 def _check_workdir(data_config, workdir):
   if workdir is None:
     raise DataError(f'data.name={data_config.name!r} keeps its vocabulary in the workdir; '
                     'give --workdir')
+
+
+# ----------------------------------------------------------------- encoded-corpus cache
+
+CACHE_DIR = 'data_cache'
+CACHE_SPLITS = ('train', 'eval', 'test')
+
+
+def cache_key(data_config, vocab_paths: Dict[str, str], identity) -> str:
+  """Digest of everything the encoded splits depend on: data fields, vocabularies, sources."""
+  digest = hashlib.sha256()
+  fields = {k: data_config[k] for k in ('name', 'source_lang', 'target_lang', 'max_length')}
+  fields['vocab'] = data_config.vocab.to_dict()
+  digest.update(json.dumps([fields, identity], sort_keys=True, default=str).encode())
+  for side in ('source', 'target'):
+    with open(vocab_paths[side], 'rb') as f:
+      digest.update(f.read())
+  return digest.hexdigest()[:16]
+
+
+def save_cache(task, directory: str):
+  """Writes the task's encoded splits to `directory` (atomically: a temporary directory renamed)."""
+  from nmt_jax import data  # pylint: disable=g-import-not-at-top
+  tmp = f'{directory}.tmp-{os.getpid()}'
+  os.makedirs(tmp, exist_ok=True)
+  for name, split in (('train', task.train), ('eval', task.eval), ('test', task.test)):
+    if split is None:
+      continue
+    data.Ragged.from_rows(split.source).save(os.path.join(tmp, f'{name}.source'))
+    data.Ragged.from_rows(split.target).save(os.path.join(tmp, f'{name}.target'))
+    if name != 'train':
+      with open(os.path.join(tmp, f'{name}.text.json'), 'w', encoding='utf-8') as f:
+        json.dump({'source': split.source_text, 'target': split.target_text}, f)
+  try:
+    os.rename(tmp, directory)
+  except OSError:             # another process (host) wrote it first
+    shutil.rmtree(tmp, ignore_errors=True)
+
+
+def load_cache(directory: str):
+  """{'train'|'eval'|'test': Split} memory-mapped from `directory`."""
+  from nmt_jax import data  # pylint: disable=g-import-not-at-top
+  splits = {}
+  for name in CACHE_SPLITS:
+    if not os.path.exists(os.path.join(directory, f'{name}.source.ids.npy')):
+      continue
+    texts = {'source': [], 'target': []}
+    if name != 'train':
+      with open(os.path.join(directory, f'{name}.text.json'), encoding='utf-8') as f:
+        texts = json.load(f)
+    splits[name] = data.Split(data.Ragged.load(os.path.join(directory, f'{name}.source')),
+                              data.Ragged.load(os.path.join(directory, f'{name}.target')),
+                              texts['source'], texts['target'])
+  return splits
+
+
+def cached_task(data_config, workdir: str, build_missing: bool, identity, names, read_lines):
+  """The Task from <workdir>/data_cache/<key> when current, else read, encode and cache it.
+
+  `read_lines()` -> {'train'|'eval'|'test': (source lines, target lines)}; it is only
+  called on a cache miss (reading and encoding WMT takes minutes, mapping the cache
+  seconds).
+  """
+  from nmt_jax import data  # pylint: disable=g-import-not-at-top
+  paths = vocab_files(data_config, os.path.join(workdir, 'vocab'))
+  if all(os.path.exists(p) for p in paths.values()):
+    directory = os.path.join(workdir, CACHE_DIR, cache_key(data_config, paths, identity))
+    if os.path.isdir(directory):
+      splits = load_cache(directory)
+      logging.info('encoded corpus from the cache %s: %s', directory, ', '.join(
+          f'{name} {len(split):,} pairs' for name, split in splits.items()))
+      return data.Task(vocab_lib.load_vocab(data_config.vocab.kind, paths['source']),
+                       vocab_lib.load_vocab(data_config.vocab.kind, paths['target']),
+                       splits['train'], splits['eval'], data_config.max_length + 1,
+                       splits.get('test'))
+  task = task_from_lines(data_config, workdir, build_missing, read_lines(), names)
+  save_cache(task, os.path.join(workdir, CACHE_DIR, cache_key(data_config, paths, identity)))
+  return task
 
 
 def task_from_lines(data_config, workdir: str, build_missing: bool, lines, names):
@@ -233,7 +317,7 @@ def load_tfds_task(data_config, workdir: Optional[str], build_missing: bool):
   tfds, builder, name, data_dir = tfds_builder(data_config)
   _check_workdir(data_config, workdir)
   available = set(builder.info.splits.keys()) if builder.is_prepared() else set()
-  lines, names = {}, {}
+  sources, names = {}, {}
   for split, tfds_split in TFDS_SPLITS.items():
     if available and tfds_split not in available:
       if split == 'test':
@@ -244,7 +328,11 @@ def load_tfds_task(data_config, workdir: Optional[str], build_missing: bool):
     except Exception:  # pylint: disable=broad-except  (not prepared, or not as array_record)
       raise DataError(f'{name} is not prepared (as array_record) in {builder.data_dir}; run the '
                       'same command with --mode=prepare first (it downloads the corpus)') from None
-    lines[split] = ([_as_text(r[data_config.source_lang]) for r in source],
-                    [_as_text(r[data_config.target_lang]) for r in source])
+    sources[split] = source
     names[split] = f'{name} {tfds_split}'
-  return task_from_lines(data_config, workdir, build_missing, lines, names)
+  src, tgt = data_config.source_lang, data_config.target_lang
+  identity = [str(builder.data_dir), str(builder.version)] + [
+      (split, len(source)) for split, source in sources.items()]
+  return cached_task(data_config, workdir, build_missing, identity, names, lambda: {
+      split: ([_as_text(r[src]) for r in source], [_as_text(r[tgt]) for r in source])
+      for split, source in sources.items()})

@@ -6,6 +6,7 @@ compiles once per bucket. The training stream is a pure function of
 run would have seen, with nothing to checkpoint but the step.
 """
 
+import collections.abc
 import dataclasses
 import functools
 import math
@@ -22,11 +23,52 @@ Batch = Dict[str, np.ndarray]
 EMBEDDED_TASKS = ('copy', 'chunk_reverse')
 
 
+class Ragged(collections.abc.Sequence):
+  """Variable-length int32 rows stored flat: row i is flat[offsets[i]:offsets[i + 1]].
+
+  What the encoded-corpus cache holds (memory-mapped, so a large training split
+  costs neither loading time nor RAM until its rows are read).
+  """
+
+  def __init__(self, flat: np.ndarray, offsets: np.ndarray):
+    self.flat, self.offsets = flat, offsets
+
+  @classmethod
+  def from_rows(cls, rows: Sequence[np.ndarray]) -> 'Ragged':
+    offsets = np.zeros(len(rows) + 1, np.int64)
+    np.cumsum([len(r) for r in rows], out=offsets[1:])
+    flat = np.concatenate(rows).astype(np.int32) if len(rows) else np.zeros(0, np.int32)
+    return cls(flat, offsets)
+
+  def __len__(self):
+    return len(self.offsets) - 1
+
+  def __getitem__(self, i):
+    return self.flat[self.offsets[i]:self.offsets[i + 1]]
+
+  def lengths(self) -> np.ndarray:
+    return np.diff(self.offsets)
+
+  def save(self, prefix: str):
+    np.save(prefix + '.ids.npy', self.flat)
+    np.save(prefix + '.offsets.npy', self.offsets)
+
+  @classmethod
+  def load(cls, prefix: str) -> 'Ragged':
+    # Plain ndarray views of the mapping: slicing an np.memmap costs ~3x more per row.
+    return cls(np.load(prefix + '.ids.npy', mmap_mode='r').view(np.ndarray),
+               np.load(prefix + '.offsets.npy'))
+
+
 @dataclasses.dataclass
 class Split:
-  """Parallel id sequences; each source and target ends with EOS."""
-  source: List[np.ndarray]
-  target: List[np.ndarray]
+  """Parallel id sequences; each source and target ends with EOS.
+
+  source/target: lists of arrays, or Ragged (from the encoded-corpus cache, where
+  the training split's texts are left out: only validation and test need them).
+  """
+  source: Sequence[np.ndarray]
+  target: Sequence[np.ndarray]
   source_text: List[str]
   target_text: List[str]
 
@@ -136,6 +178,8 @@ def bucket_boundaries(max_length: int, num_buckets: int) -> List[int]:
 
 def example_lengths(split: Split) -> np.ndarray:
   """Padded length each example needs: target_in is BOS + target[:-1], same length as target."""
+  if isinstance(split.source, Ragged) and isinstance(split.target, Ragged):
+    return np.maximum(split.source.lengths(), split.target.lengths())
   return np.array([max(len(s), len(t)) for s, t in zip(split.source, split.target)])
 
 

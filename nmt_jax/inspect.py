@@ -178,10 +178,25 @@ def markdown_table(rows: Sequence[Dict[str, Any]], columns: Optional[Sequence[st
 
 
 def load_config(workdir: str):
-  """The workdir's resolved config (config.json) as a ConfigDict."""
-  import ml_collections  # pylint: disable=g-import-not-at-top
+  """The workdir's resolved config (config.json) as a ConfigDict.
+
+  Fields added to nmt_jax since the run was made keep their defaults.
+  """
+  from nmt_jax import default_config  # pylint: disable=g-import-not-at-top
   with open(os.path.join(workdir, 'config.json'), encoding='utf-8') as f:
-    return ml_collections.ConfigDict(json.load(f))
+    stored = json.load(f)
+  config = default_config.get_config()
+  _merge(config, stored)
+  return config
+
+
+def _merge(config, stored: Dict[str, Any]):
+  for key, value in stored.items():
+    if key in config and isinstance(value, dict):
+      _merge(config[key], value)
+    elif key in config:
+      current = config[key]
+      config[key] = tuple(value) if isinstance(current, tuple) else value
 
 
 @dataclasses.dataclass

@@ -170,7 +170,11 @@ def run_sweep(runs: Sequence[Run], root: str, dry_run: bool = False) -> List[str
 
 
 def tau_sweep(config, workdir: str, taus: Sequence[float], beam_size: int) -> List[Dict]:
-  """Evaluates the workdir's best checkpoint at each tau; writes <workdir>/tau_sweep.json."""
+  """Evaluates the workdir's best checkpoint at each tau; writes <workdir>/tau_sweep.json.
+
+  Rows of an earlier sweep of the same checkpoint are kept (a tau evaluated again is
+  replaced), so a second call with other taus adds points to the curve.
+  """
   from nmt_jax import train  # pylint: disable=g-import-not-at-top  (imports JAX)
   if config.model.attention.kind != 'flexible':
     raise errors.ConfigError(f'tau applies to flexible attention, the config has '
@@ -192,7 +196,13 @@ def tau_sweep(config, workdir: str, taus: Sequence[float], beam_size: int) -> Li
     logging.info('tau %s: BLEU %.2f | avg window %.2f (%.1f%% of the source) | %.2f ms/sentence',
                  tau, row['bleu'], row['avg_window'], 100 * row['avg_window_fraction'],
                  row['decode_ms_per_sentence'])
-  writers.write_json(os.path.join(workdir, 'tau_sweep.json'), {'rows': rows})
+  path = os.path.join(workdir, 'tau_sweep.json')
+  earlier = nmt_inspect.load_run(workdir).tau_sweep or []
+  taus = {float(row['tau']) for row in rows}
+  rows += [row for row in earlier
+           if row['checkpoint_step'] == step and float(row['tau']) not in taus]
+  rows.sort(key=lambda row: float(row['tau']))
+  writers.write_json(path, {'rows': rows})
   return rows
 
 

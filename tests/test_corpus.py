@@ -2,6 +2,7 @@
 
 import os
 
+import numpy as np
 import pytest
 
 from nmt_jax import corpus
@@ -256,3 +257,56 @@ def test_tfds_prepare_offline_says_where_to_put_the_files(tmp_path, monkeypatch)
   message = str(error.value)
   assert 'could not prepare wmt17_translate/de-en (Failed to establish' in message
   assert 'tfds_manual_dir' in message and '\n' not in message
+
+
+# ----------------------------------------------------------------- encoded-corpus cache
+
+
+def test_ragged_round_trip(tmp_path):
+  rows = [np.array([5, 6, EOS], np.int32), np.array([EOS], np.int32), np.array([7] * 9 + [EOS])]
+  ragged = data.Ragged.from_rows(rows)
+  ragged.save(str(tmp_path / 'r'))
+  loaded = data.Ragged.load(str(tmp_path / 'r'))
+  assert len(loaded) == 3 and list(loaded.lengths()) == [3, 1, 10]
+  for i, row in enumerate(rows):
+    np.testing.assert_array_equal(loaded[i], row)
+  assert isinstance(loaded.flat.base, np.memmap)     # mapped, not read
+
+
+def test_second_load_maps_the_encoded_cache_and_changes_invalidate_it(tmp_path, monkeypatch):
+  prefix = write_corpus(str(tmp_path), train=(['a b c', 'b c', 'c d e f'] * 30, ['x y', 'y', 'z x y'] * 30),
+                        dev=(['a c', 'd'], ['x', 'z z']))
+  config = text_config(kind='word', max_length=10)
+  config.data.name = f'text:{prefix}'
+  workdir = str(tmp_path / 'run')
+  fresh = data.load_task(config.data, 0, workdir, build_vocab=True)
+  assert len(os.listdir(os.path.join(workdir, corpus.CACHE_DIR))) == 1
+
+  def no_reading(*args):
+    raise AssertionError('a cache hit must not read the corpus')
+
+  monkeypatch.setattr(corpus, 'read_split', no_reading)
+  cached = data.load_task(config.data, 0, workdir)
+  assert isinstance(cached.train.source, data.Ragged)
+  for name in ('train', 'eval'):
+    a, b = getattr(fresh, name), getattr(cached, name)
+    assert len(a) == len(b)
+    for x, y in zip(a.source + a.target, list(b.source) + list(b.target)):
+      np.testing.assert_array_equal(x, y)
+  assert cached.eval.target_text == fresh.eval.target_text == ['x', 'z z']
+  np.testing.assert_array_equal(data.example_lengths(cached.train), data.example_lengths(fresh.train))
+  boundaries = data.bucket_boundaries(fresh.max_length, 2)
+  for step in range(5):
+    x = data.TrainBatches(fresh.train, 4, boundaries, 0).batch(step)
+    y = data.TrainBatches(cached.train, 4, boundaries, 0).batch(step)
+    for key in x:
+      np.testing.assert_array_equal(x[key], y[key])
+
+  # Another max_length, or an edited corpus file, is another cache entry.
+  monkeypatch.undo()
+  config.data.max_length = 3
+  assert len(data.load_task(config.data, 0, workdir).train) == 60        # 'c d e f' pairs dropped
+  with open(f'{prefix}.dev.en', 'w', encoding='utf-8') as f:
+    f.write('x y\nz\n')
+  assert data.load_task(config.data, 0, workdir).eval.target_text == ['x y', 'z']
+  assert len(os.listdir(os.path.join(workdir, corpus.CACHE_DIR))) == 3

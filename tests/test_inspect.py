@@ -149,6 +149,12 @@ def test_tau_sweep_rows(runs):
   assert rows[float('inf')]['avg_window_fraction'] == pytest.approx(1.0)
   assert rows[float('inf')]['bleu'] == pytest.approx(trained['bleu'])
   assert rows[0.5]['avg_window'] <= rows[float('inf')]['avg_window']
+  # A second sweep adds its taus to the curve.
+  sweep('tau', '--config=configs/flexible.py:tiny', f'--workdir={runs["root"]}/flexible',
+        '--taus=2', '--config.decode.beam_size=1')
+  merged = nmt_inspect.load_run(f'{runs["root"]}/flexible').tau_sweep
+  assert [float(r['tau']) for r in merged] == [0.5, 2.0, float('inf')]
+  assert merged[-1] == rows[float('inf')]
 
 
 def test_translate_with_attention(runs):
