@@ -392,7 +392,7 @@ def plot_tau_tradeoff(runs: Sequence[RunRecord], references: Sequence[RunRecord]
     x = [100 * r['avg_window_fraction'] for r in rows]
     ax.plot(x, [r['bleu'] for r in rows], marker='o', label=run.name)
     for r, xi in zip(rows, x):
-      ax.annotate(_cell(float(r['tau'])), (xi, r['bleu']), textcoords='offset points',
+      ax.annotate(f"{float(r['tau']):g}", (xi, r['bleu']), textcoords='offset points',
                   xytext=(3, -10), fontsize=7)
   for run in references:
     result = run.eval_results or {}

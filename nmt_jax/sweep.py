@@ -53,6 +53,9 @@ _ROOT = flags.DEFINE_string('root', None, 'run: parent of the runs\' workdirs; a
                             'every workdir below it.')
 _DRY_RUN = flags.DEFINE_bool('dry_run', False, 'run: print the commands instead of running them.')
 _SHARD = flags.DEFINE_string('shard', '0/1', 'run: i/n runs runs i, i+n, i+2n, ...')
+_MODE = flags.DEFINE_enum('mode', 'train', ['train', 'eval'], 'run: train (skips evaluated runs) '
+                          'or eval (evaluates every trained run again, e.g. to time decoding on '
+                          'a quiet machine; skips untrained ones).')
 _WORKDIRS = flags.DEFINE_list('workdirs', None, 'aggregate: workdirs (else --root); tau: -')
 _WORKDIR = flags.DEFINE_string('workdir', None, 'tau: the trained workdir.')
 _CSV = flags.DEFINE_string('csv', None, 'aggregate: write the table as CSV here.')
@@ -69,9 +72,10 @@ class Run:
   config: str                        # path[:preset]
   overrides: Dict[str, object]
 
-  def command(self, root: str) -> List[str]:
+  def command(self, root: str, mode: str = 'train') -> List[str]:
     args = [sys.executable, '-m', 'nmt_jax.main', f'--config={self.config}',
-            f'--workdir={os.path.join(root, self.name)}']
+            f'--workdir={os.path.join(root, self.name)}'] + (
+                [] if mode == 'train' else [f'--mode={mode}'])
     return args + [f'--config.{k}={_format(v).replace("{root}", root)}'
                    for k, v in self.overrides.items()]
 
@@ -140,19 +144,25 @@ def parse_shard(text: str):
   return index, count
 
 
-def run_sweep(runs: Sequence[Run], root: str, dry_run: bool = False) -> List[str]:
-  """Runs each run's command unless its workdir is evaluated; -> names of failed runs."""
+def run_sweep(runs: Sequence[Run], root: str, dry_run: bool = False,
+              mode: str = 'train') -> List[str]:
+  """Trains each run unless its workdir is evaluated (mode 'eval': evaluates each trained run);
+  -> names of failed runs."""
   failed = []
   for i, run in enumerate(runs):
-    command = run.command(root)
+    command = run.command(root, mode)
     if dry_run:
       print(' '.join(shlex.quote(a) for a in command))
       continue
     workdir = os.path.join(root, run.name)
-    if os.path.exists(os.path.join(workdir, 'eval_results.json')):
+    if mode == 'train' and os.path.exists(os.path.join(workdir, 'eval_results.json')):
       logging.info('[%d/%d] %s: done before, skipped', i + 1, len(runs), run.name)
       continue
-    log_path = os.path.join(root, 'logs', run.name + '.log')
+    if mode == 'eval' and not os.path.exists(os.path.join(workdir, 'eval_results.json')):
+      logging.info('[%d/%d] %s: not trained (and evaluated) yet, skipped', i + 1, len(runs),
+                   run.name)
+      continue
+    log_path = os.path.join(root, 'logs', run.name + ('.log' if mode == 'train' else f'.{mode}.log'))
     os.makedirs(os.path.dirname(log_path), exist_ok=True)
     logging.info('[%d/%d] %s: %s (log %s)', i + 1, len(runs), run.name,
                  ' '.join(shlex.quote(a) for a in command[1:]), log_path)
@@ -258,7 +268,7 @@ def main(argv):
         runs = grid_runs(config_arg, _GRID.value, {**overrides, **_common_overrides()})
       index, count = parse_shard(_SHARD.value)
       runs = runs[index::count]
-      failed = run_sweep(runs, _ROOT.value, _DRY_RUN.value)
+      failed = run_sweep(runs, _ROOT.value, _DRY_RUN.value, _MODE.value)
       if failed:
         print(f'error: {len(failed)} of {len(runs)} runs failed: {", ".join(failed)} '
               f'(logs in {_ROOT.value}/logs/; re-run the same command to retry them)',

@@ -64,6 +64,14 @@ def test_sweep_runs_each_run_once(runs):
   again = sweep('run', f'--sweep={runs["sweep_file"]}', f'--root={root}')
   assert again.stderr.count('done before, skipped') == 3
   assert os.path.getsize(os.path.join(root, 'flexible', 'metrics.jsonl')) == before
+  # --mode=eval evaluates the trained runs again (same BLEU; the timing is new).
+  with open(os.path.join(root, 'memory_k2', 'eval_results.json')) as f:
+    first = json.load(f)
+  sweep('run', f'--sweep={runs["sweep_file"]}', f'--root={root}', '--mode=eval')
+  with open(os.path.join(root, 'memory_k2', 'eval_results.json')) as f:
+    second = json.load(f)
+  assert second['bleu'] == first['bleu'] and second['checkpoint_step'] == first['checkpoint_step']
+  assert os.path.exists(os.path.join(root, 'logs', 'memory_k2.eval.log'))
 
 
 def test_grid_dry_run_and_shards(tmp_path):
