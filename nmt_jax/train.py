@@ -229,7 +229,8 @@ class Evaluator:
     """Loss, BLEU (+ signature), chrF, RIBES, window size and decoding time on `split`."""
     hypotheses, info = self.translate(params, split, beam_size, limit)
     references = split.target_text[:len(hypotheses)]
-    result = metrics_lib.translation_metrics(hypotheses, references)
+    result = metrics_lib.translation_metrics(hypotheses, references,
+                                             self.config.data.target_lang)
     result.update(info)
     result['loss'] = self.loss(params, split)
     result['beam_size'] = beam_size

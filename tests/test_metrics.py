@@ -27,3 +27,16 @@ def test_window_metrics():
   assert result == {'avg_window': 3.0, 'avg_window_fraction': 0.5}
   assert np.isfinite(decode.window_metrics({'window_sum': 0.0, 'window_count': 0.0,
                                             'window_fraction_sum': 0.0})['avg_window'])
+
+
+def test_tokenized_bleu_scores_moses_tokens_of_detokenized_text():
+  # Punctuation glued to words: whitespace-split BLEU misses the match, Moses tokens find it.
+  refs = ['Das ist gut, sagte er.', 'Wir gehen nach Hause!']
+  hyps = ['Das ist gut , sagte er .', 'Wir gehen nach Hause!']
+  result = metrics.translation_metrics(hyps, refs, language='de')
+  assert abs(result['bleu_tokenized'] - 100.0) < 1e-6
+  assert result['bleu_tokenized_signature'].startswith('moses:de|') and 'tok:none' in \
+      result['bleu_tokenized_signature']
+  import sacrebleu  # pylint: disable=g-import-not-at-top
+  assert sacrebleu.BLEU(tokenize='none').corpus_score(hyps, [refs]).score < 90
+  assert metrics.moses_tokenize('a b c d') == 'a b c d'      # symbol tasks are unchanged
