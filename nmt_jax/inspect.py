@@ -133,8 +133,9 @@ def result_row(run: RunRecord, root: Optional[str] = None) -> Dict[str, Any]:
   ms, count = evaluation.get('decode_ms_per_sentence'), evaluation.get('num_sentences')
   row['decode_s'] = ms * count / 1000 if ms is not None and count else None
   train = [r['tokens_per_sec'] for r in run.records('train') if 'tokens_per_sec' in r]
-  # The first logging window includes compilation: leave it out when there are others.
-  row['train_tokens_per_sec'] = float(np.mean(train[1:] or train)) if train else None
+  # The first logging window includes compilation: leave it out when there are others. The
+  # median ignores a window stalled by something else on the machine (or a paused run).
+  row['train_tokens_per_sec'] = float(np.median(train[1:] or train)) if train else None
   valid = [r['bleu'] for r in run.records('valid') if 'bleu' in r]
   row['best_valid_bleu'] = max(valid) if valid else None
   return row
@@ -171,6 +172,53 @@ def markdown_table(rows: Sequence[Dict[str, Any]], columns: Optional[Sequence[st
   columns = [c for c in columns if any(row.get(c) is not None for row in rows)]
   lines = ['| ' + ' | '.join(columns) + ' |', '|' + '|'.join('---' for _ in columns) + '|']
   lines += ['| ' + ' | '.join(_cell(row.get(c)) for c in columns) + ' |' for row in rows]
+  return '\n'.join(lines)
+
+
+# Model columns of a pivot table, and the order of its rows (Britz Table 1: none, memory, attention).
+MODEL_COLUMNS = ('attention', 'score', 'K', 'PE')
+ATTENTION_ORDER = ('none', 'memory', 'local_m', 'local_p', 'flexible', 'global')
+
+
+def model_label(row: Dict[str, Any], leave_out: str = '') -> str:
+  """'memory K=16 +PE (renorm)', 'global concat', 'none' from a results_table row
+  (without the column `leave_out`, e.g. the one a pivot table spreads over its columns)."""
+  parts = [str(row['attention'])] if leave_out != 'attention' else []
+  if row.get('score') is not None and leave_out != 'score':
+    parts.append(str(row['score']))
+  if row.get('K') is not None and leave_out != 'K':
+    parts.append(f'K={row["K"]}')
+  if row.get('PE') not in (None, 'none') and leave_out != 'PE':
+    parts.append(f'+PE ({row["PE"]})')
+  return ' '.join(parts) or 'all'
+
+
+def pivot_table(rows: Sequence[Dict[str, Any]], column: str,
+                values: Sequence[str] = ('bleu', 'decode_s')) -> str:
+  """A markdown table with one row per model and `values` under each value of `column`.
+
+  E.g. column='L': Britz et al.'s Table 1 layout (BLEU and decoding time per length).
+  Two runs of the same model and `column` value are an error (the cell would be ambiguous).
+  """
+  if not rows:
+    return '(no runs)'
+  def order(row):
+    kind = row['attention']
+    rank = ATTENTION_ORDER.index(kind) if kind in ATTENTION_ORDER else len(ATTENTION_ORDER)
+    return (rank, row.get('K') or 0, str(row.get('PE')), str(row.get('score')))
+  models: Dict[str, Dict[Any, Dict[str, Any]]] = {}
+  for row in sorted(rows, key=order):
+    cells = models.setdefault(model_label(row, column), {})
+    if row[column] in cells:
+      raise ValueError(f'runs {cells[row[column]]["run"]} and {row["run"]} are the same model at '
+                       f'{column}={row[column]}; aggregate them separately')
+    cells[row[column]] = row
+  keys = sorted({row[column] for row in rows}, key=lambda v: (v is None, v))
+  header = ['model'] + [f'{column}={key} {value}' for key in keys for value in values]
+  lines = ['| ' + ' | '.join(header) + ' |', '|---' + '|---:' * (len(header) - 1) + '|']
+  for label, cells in models.items():
+    lines.append('| ' + ' | '.join([label] + [_cell(cells[key].get(value)) if key in cells else ''
+                                              for key in keys for value in values]) + ' |')
   return '\n'.join(lines)
 
 

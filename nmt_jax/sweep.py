@@ -8,9 +8,10 @@
   # command per run instead, for a cluster's job array; --shard=i/n runs every n-th.
   python -m nmt_jax.sweep run --sweep=configs/sweeps/britz_copy.py:20 --root=runs/britz
 
-  # Workdirs (or every workdir under a root) -> CSV and markdown table.
+  # Workdirs (or every workdir under a root) -> CSV and markdown table; --pivot=L adds
+  # one row per model with BLEU and decoding time under each L (Britz et al.'s Table 1).
   python -m nmt_jax.sweep aggregate --root=runs/britz --csv=runs/britz/results.csv \
-      --markdown=runs/britz/results.md
+      --markdown=runs/britz/results.md --pivot=L
 
   # Flexible attention: evaluate one trained model at several tau (writes <workdir>/tau_sweep.json).
   python -m nmt_jax.sweep tau --config=configs/flexible.py:chunk --workdir=runs/flexible
@@ -60,6 +61,11 @@ _WORKDIRS = flags.DEFINE_list('workdirs', None, 'aggregate: workdirs (else --roo
 _WORKDIR = flags.DEFINE_string('workdir', None, 'tau: the trained workdir.')
 _CSV = flags.DEFINE_string('csv', None, 'aggregate: write the table as CSV here.')
 _MARKDOWN = flags.DEFINE_string('markdown', None, 'aggregate: write a markdown table here.')
+_PIVOT = flags.DEFINE_string('pivot', None, 'aggregate: also a table with one row per model and '
+                             'the --pivot_values under each value of this column (e.g. L: the '
+                             'layout of Britz et al.\'s Table 1).')
+_PIVOT_VALUES = flags.DEFINE_list('pivot_values', ['bleu', 'decode_s'], 'aggregate: the columns '
+                                  'shown under each value of --pivot.')
 _PLOTS = flags.DEFINE_string('plots', None, 'aggregate: write the standard plots (PNG) into '
                              'this directory (see write_plots).')
 _TAUS = flags.DEFINE_list('taus', [str(t) for t in SHU_TAUS], 'tau: thresholds (inf = no pruning).')
@@ -275,6 +281,11 @@ def main(argv):
               file=sys.stderr)
         sys.exit(1)
     elif command == 'aggregate':
+      known = [c for c, _ in nmt_inspect.COLUMNS]
+      for name in ([_PIVOT.value] + _PIVOT_VALUES.value) if _PIVOT.value else []:
+        if name not in known:
+          raise errors.ConfigError(f'--pivot/--pivot_values: {name!r} is not a column; use one '
+                                   f'of {", ".join(known)}')
       workdirs = _WORKDIRS.value or (nmt_inspect.find_workdirs(_ROOT.value) if _ROOT.value else [])
       if not workdirs:
         raise errors.ConfigError('aggregate found no workdirs: give --workdirs=A,B or --root=DIR '
@@ -283,6 +294,11 @@ def main(argv):
       if _CSV.value:
         nmt_inspect.write_csv(rows, _CSV.value)
       table = nmt_inspect.markdown_table(rows)
+      if _PIVOT.value:
+        try:
+          table += '\n\n' + nmt_inspect.pivot_table(rows, _PIVOT.value, _PIVOT_VALUES.value)
+        except ValueError as e:
+          raise errors.ConfigError(str(e)) from None
       if _MARKDOWN.value:
         with open(_MARKDOWN.value, 'w', encoding='utf-8') as f:
           f.write(table + '\n')

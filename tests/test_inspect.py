@@ -95,6 +95,7 @@ def test_grid_dry_run_and_shards(tmp_path):
     (['run', '--config=configs/memory_k64.py', '--grid=num_memory', '--root=/tmp/x'],
      'is not field=value'),
     (['aggregate', '--root=/nonexistent'], 'found no workdirs'),
+    (['aggregate', '--root=tests', '--workdirs=x', '--pivot=length'], "'length' is not a column"),
     (['tau', '--config=configs/memory_k64.py:tiny', '--workdir=/tmp/x'], 'flexible attention'),
 ])
 def test_sweep_errors_are_one_line(args, fragment):
@@ -134,6 +135,9 @@ def test_result_row_from_hand_written_workdir(tmp_path):
   records = [{'step': 1, 'split': 'train', 'loss': 3.0, 'tokens_per_sec': 10.0},
              {'step': 2, 'split': 'train', 'loss': 2.0, 'tokens_per_sec': 100.0},
              {'step': 3, 'split': 'train', 'loss': 1.0, 'tokens_per_sec': 200.0},
+             {'step': 4, 'split': 'train', 'loss': 1.0, 'tokens_per_sec': 1.0},    # stalled
+             {'step': 5, 'split': 'train', 'loss': 1.0, 'tokens_per_sec': 150.0},
+             {'step': 6, 'split': 'train', 'loss': 1.0, 'tokens_per_sec': 180.0},
              {'step': 3, 'split': 'valid', 'bleu': 40.0},
              {'step': 6, 'split': 'valid', 'bleu': 30.0}]
   (workdir / 'metrics.jsonl').write_text(''.join(json.dumps(r) + '\n' for r in records))
@@ -141,7 +145,7 @@ def test_result_row_from_hand_written_workdir(tmp_path):
       {'bleu': 41.5, 'decode_ms_per_sentence': 2.5, 'num_sentences': 400, 'beam_size': 10}))
   row, = nmt_inspect.results_table([str(workdir)])
   assert row['decode_s'] == pytest.approx(1.0)
-  assert row['train_tokens_per_sec'] == pytest.approx(150.0)   # first window (compile) left out
+  assert row['train_tokens_per_sec'] == pytest.approx(150.0)   # compile window left out, median
   assert row['best_valid_bleu'] == 40.0
   assert row['K'] is None and row['PE'] is None and row['score'] == 'concat'
   table = nmt_inspect.markdown_table([row]).splitlines()
@@ -227,3 +231,26 @@ def test_notebooks_run_headless(runs, tmp_path, monkeypatch, notebook, parameter
                              kernel_name='python3')
   with open(output) as f:
     assert _images(json.load(f)) == images
+
+
+def test_pivot_table_puts_each_model_on_one_row():
+  def row(run, L, attention, K=None, PE=None, score=None, bleu=None, decode_s=None):
+    return {'run': run, 'L': L, 'attention': attention, 'K': K, 'PE': PE, 'score': score,
+            'bleu': bleu, 'decode_s': decode_s}
+  rows = [row('L50/global', 50, 'global', score='concat', bleu=99.0, decode_s=9.0),
+          row('L20/k4_pe', 20, 'memory', 4, 'renorm', bleu=80.0, decode_s=2.0),
+          row('L20/k16', 20, 'memory', 16, 'none', bleu=90.0, decode_s=3.0),
+          row('L20/none', 20, 'none', bleu=50.0, decode_s=1.5),
+          row('L50/k4_pe', 50, 'memory', 4, 'renorm', bleu=60.0, decode_s=5.0)]
+  lines = nmt_inspect.pivot_table(rows, 'L').splitlines()
+  assert lines[0] == '| model | L=20 bleu | L=20 decode_s | L=50 bleu | L=50 decode_s |'
+  assert lines[2:] == ['| none | 50.00 | 1.50 |  |  |',
+                       '| memory K=4 +PE (renorm) | 80.00 | 2.00 | 60.00 | 5.00 |',
+                       '| memory K=16 | 90.00 | 3.00 |  |  |',
+                       '| global concat |  |  | 99.00 | 9.00 |']
+  by_k = nmt_inspect.pivot_table([r for r in rows if r['L'] == 20], 'K', ['bleu']).splitlines()
+  assert by_k[0] == '| model | K=4 bleu | K=16 bleu | K=None bleu |'
+  assert by_k[2:] == ['| none |  |  | 50.00 |', '| memory +PE (renorm) | 80.00 |  |  |',
+                      '| memory |  | 90.00 |  |']
+  with pytest.raises(ValueError, match='L20/k16 and L20/k16b are the same model at L=20'):
+    nmt_inspect.pivot_table(rows + [row('L20/k16b', 20, 'memory', 16, 'none')], 'L')
