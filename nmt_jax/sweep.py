@@ -5,7 +5,8 @@
       --grid=model.attention.num_memory=1,4,16 --grid=model.attention.position_encoding=none,renorm
 
   # A sweep file (configs/sweeps/*.py: get_sweep(arg) -> runs); --dry_run prints one
-  # command per run instead, for a cluster's job array; --shard=i/n runs every n-th.
+  # command per run instead, for a cluster's job array; --shard=i/n runs every n-th;
+  # --only=PATTERN,... keeps the runs whose names match (shell patterns).
   python -m nmt_jax.sweep run --sweep=configs/sweeps/britz_copy.py:20 --root=runs/britz
 
   # Workdirs (or every workdir under a root) -> CSV and markdown table; --pivot=L adds
@@ -21,6 +22,7 @@ resumes it (an interrupted run resumes from its last checkpoint).
 """
 
 import dataclasses
+import fnmatch
 import importlib.util
 import itertools
 import math
@@ -52,6 +54,8 @@ _GRID = flags.DEFINE_multi_string(
 _SET = flags.DEFINE_multi_string('set', [], 'run: field=value applied to every run of the sweep.')
 _ROOT = flags.DEFINE_string('root', None, 'run: parent of the runs\' workdirs; aggregate: '
                             'every workdir below it.')
+_ONLY = flags.DEFINE_list('only', None, 'run: only the runs whose names match one of these '
+                         'shell patterns (e.g. --only=L100/no_attention,L100/memory_k64*).')
 _DRY_RUN = flags.DEFINE_bool('dry_run', False, 'run: print the commands instead of running them.')
 _SHARD = flags.DEFINE_string('shard', '0/1', 'run: i/n runs runs i, i+n, i+2n, ...')
 _MODE = flags.DEFINE_enum('mode', 'train', ['train', 'eval'], 'run: train (skips evaluated runs) '
@@ -138,6 +142,16 @@ def load_sweep(spec: str, common: Dict[str, object]) -> List[Run]:
   if len(set(names)) != len(names):
     raise errors.ConfigError(f'sweep file {path} names two runs alike: {sorted(names)}')
   return runs
+
+
+def select_runs(runs: Sequence[Run], patterns: Sequence[str]) -> List[Run]:
+  """The runs whose names match one of the shell `patterns`; a pattern matching none is an error."""
+  for pattern in patterns:
+    if not any(fnmatch.fnmatchcase(run.name, pattern) for run in runs):
+      raise errors.ConfigError(f'--only={pattern!r} matches no run; the runs are '
+                               f'{", ".join(run.name for run in runs[:6])}'
+                               f'{", ..." if len(runs) > 6 else ""}')
+  return [run for run in runs if any(fnmatch.fnmatchcase(run.name, p) for p in patterns)]
 
 
 def parse_shard(text: str):
@@ -272,6 +286,8 @@ def main(argv):
         config_arg = config_flags.get_config_filename(flag)
         overrides = {k: v for k, v in config_flags.get_override_values(flag).items()}
         runs = grid_runs(config_arg, _GRID.value, {**overrides, **_common_overrides()})
+      if _ONLY.value:
+        runs = select_runs(runs, _ONLY.value)
       index, count = parse_shard(_SHARD.value)
       runs = runs[index::count]
       failed = run_sweep(runs, _ROOT.value, _DRY_RUN.value, _MODE.value)

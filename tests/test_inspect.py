@@ -86,6 +86,8 @@ def test_grid_dry_run_and_shards(tmp_path):
   assert '--config.model.attention.num_memory=16' in lines[-1]
   shard = sweep(*args, '--shard=1/2').stdout.strip().splitlines()
   assert shard == lines[1::2]
+  only = sweep(*args, '--only=num_memory=4+*,*=16+position_encoding=renorm').stdout.strip().splitlines()
+  assert only == [lines[2], lines[3], lines[5]]
   assert not os.listdir(tmp_path)          # a dry run writes nothing
 
 
@@ -95,6 +97,8 @@ def test_grid_dry_run_and_shards(tmp_path):
     (['run', '--config=configs/memory_k64.py', '--grid=num_memory', '--root=/tmp/x'],
      'is not field=value'),
     (['aggregate', '--root=/nonexistent'], 'found no workdirs'),
+    (['run', '--sweep=configs/sweeps/britz_copy.py', '--root=/tmp/x', '--only=L20/nope*'],
+     "--only='L20/nope*' matches no run"),
     (['aggregate', '--root=tests', '--workdirs=x', '--pivot=length'], "'length' is not a column"),
     (['tau', '--config=configs/memory_k64.py:tiny', '--workdir=/tmp/x'], 'flexible attention'),
 ])
