@@ -218,11 +218,15 @@ class Evaluator:
       self._decoders[beam_size] = decode.make_decode_fn(self.model, self.config.decode, beam_size)
     hyps, stats = decode.decode_split(
         self._decoders[beam_size], params, split, self.decode_batch_size(beam_size),
-        self.boundaries, limit, mesh=self.mesh)
+        self.boundaries, limit, mesh=self.mesh,
+        timing_repeats=self.config.decode.timing_repeats)
     vocab = self.task.target_vocab
     info = decode.window_metrics(stats)
     info['decode_ms_per_sentence'] = 1000 * stats['decode_seconds'] / max(len(hyps), 1)
     info['decode_compile_seconds'] = stats['compile_seconds']
+    if len(stats['decode_seconds_all']) > 1:
+      info['decode_ms_per_sentence_all'] = [
+          1000 * t / max(len(hyps), 1) for t in stats['decode_seconds_all']]
     return [vocab.decode(h) for h in hyps], info
 
   def evaluate(self, params, split: data.Split, beam_size: int, limit: Optional[int] = None):

@@ -163,3 +163,21 @@ def test_diagnostics_follow_the_best_hypothesis():
     target_in = np.array([[BOS] + list(hyp[:-1])], np.int32)
     _, diagnostics = model.apply({'params': params}, source[row:row + 1], target_in, with_weights=True)
     np.testing.assert_allclose(weights[row, :len(hyp)], diagnostics['weights'][0], atol=1e-5)
+
+
+def test_decode_split_matches_direct_decoding_and_times_the_fastest_pass():
+  from nmt_jax import data  # pylint: disable=g-import-not-at-top
+  _, model, params = _setup()
+  rng = np.random.default_rng(8)
+  sources = [np.append(rng.integers(4, 12, size=n), EOS).astype(np.int32)
+             for n in (3, 7, 5, 2, 6)]
+  split = data.Split(source=sources, target=sources, source_text=[''] * 5,
+                     target_text=[''] * 5)
+  decode_fn = jax.jit(functools.partial(decode.greedy_search, model, ratio=1.5, offset=2))
+  hyps, stats = decode.decode_split(decode_fn, params, split, batch_size=2,
+                                    boundaries=[4, 8], timing_repeats=3)
+  assert len(stats['decode_seconds_all']) == 3
+  assert stats['decode_seconds'] == min(stats['decode_seconds_all'])
+  for source, hyp in zip(sources, hyps):   # batching, padding and sorting change nothing
+    alone = _strip(_greedy(model, params, source[None]).tokens[0])
+    assert tuple(hyp) == (alone[:-1] if alone and alone[-1] == EOS else alone)
