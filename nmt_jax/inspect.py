@@ -93,7 +93,7 @@ COLUMNS = (
     ('K', 'config:model.attention.num_memory'),
     ('PE', 'config:model.attention.position_encoding'),
     ('hidden', 'config:model.hidden_size'),
-    ('steps', 'eval:checkpoint_step'),
+    ('best_step', 'eval:checkpoint_step'),   # the evaluated (best-BLEU) checkpoint
     ('beam', 'eval:beam_size'),
     ('bleu', 'eval:bleu'),
     ('chrf', 'eval:chrf'),
