@@ -335,7 +335,8 @@ def _pyplot():
 def plot_learning_curves(runs: Sequence[RunRecord], path: Optional[str] = None):
   """Training loss and validation BLEU against steps, one line per run."""
   plt = _pyplot()
-  fig, (ax_loss, ax_bleu) = plt.subplots(1, 2, figsize=(11, 4))
+  fig, (ax_loss, ax_bleu) = plt.subplots(
+      1, 2, figsize=(11 + 2.5 * max(1, -(-len(runs) // 20)), 4.5))
   for run in runs:
     train = run.records('train')
     ax_loss.plot([r['step'] for r in train], [r['loss'] for r in train], label=run.name)
@@ -346,7 +347,9 @@ def plot_learning_curves(runs: Sequence[RunRecord], path: Optional[str] = None):
   ax_bleu.set(xlabel='step', ylabel='validation BLEU')
   for ax in (ax_loss, ax_bleu):
     ax.grid(alpha=0.3)
-  ax_bleu.legend(fontsize='small')
+  # Outside the axes, in columns of 20: a sweep has dozens of runs.
+  ax_bleu.legend(fontsize='x-small', loc='upper left', bbox_to_anchor=(1.02, 1.0),
+                 ncol=max(1, -(-len(runs) // 20)))
   return _finish(fig, path)
 
 
@@ -454,21 +457,50 @@ def plot_tau_tradeoff(runs: Sequence[RunRecord], references: Sequence[RunRecord]
   return _finish(fig, path)
 
 
-def plot_results(rows: Sequence[Dict[str, Any]], x: str, y: str, group: str,
-                 path: Optional[str] = None, logx: bool = False):
-  """One line per value of `group`: rows' `y` against `x` (e.g. BLEU against K per L)."""
+def plot_results(rows: Sequence[Dict[str, Any]], x: str, y: str, group,
+                 path: Optional[str] = None, logx: bool = False,
+                 baselines: Sequence[Dict[str, Any]] = ()):
+  """Rows' `y` against `x`, one line per value of `group` (e.g. BLEU against K per L).
+
+  group: a column or a tuple of columns; the first picks the colour, the others the
+  line style (e.g. ('L', 'PE'): one colour per length, solid/dashed per encoding).
+  baselines: rows without an `x` (e.g. no attention, global attention), drawn as
+  horizontal lines in their first-group colour, labelled with model_label.
+  """
   plt = _pyplot()
-  fig, ax = plt.subplots(figsize=(6.5, 4.5))
+  fig, ax = plt.subplots(figsize=(7.5, 4.8))
+  columns = (group,) if isinstance(group, str) else tuple(group)
+  key_of = lambda row: tuple(row.get(c) for c in columns)
   groups: Dict[Any, List] = {}
   for row in rows:
     if row.get(x) is not None and row.get(y) is not None:
-      groups.setdefault(row.get(group), []).append((row[x], row[y]))
-  for key, points in groups.items():
-    points.sort()
-    ax.plot([p[0] for p in points], [p[1] for p in points], marker='o', label=f'{group}={key}')
+      groups.setdefault(key_of(row), []).append((row[x], row[y]))
+  order = lambda v: (0, v, '') if isinstance(v, (int, float)) else (1, 0, str(v))
+  first_values = sorted({k[0] for k in groups} | {r.get(columns[0]) for r in baselines},
+                        key=order)
+  colour = {v: f'C{i % 10}' for i, v in enumerate(first_values)}
+  styles = ('-', '--', ':', '-.')
+  rest_values = sorted({k[1:] for k in groups}, key=str)
+  for key in sorted(groups, key=lambda k: (order(k[0]), str(k[1:]))):
+    points = sorted(groups[key])
+    label = ', '.join(f'{c}={v}' for c, v in zip(columns, key))
+    ax.plot([p[0] for p in points], [p[1] for p in points], marker='o', label=label,
+            color=colour[key[0]], linestyle=styles[rest_values.index(key[1:]) % len(styles)])
+  xs = [p[0] for points in groups.values() for p in points] or [1]
+  edge = max(xs) * 1.5 if logx else max(xs) + 0.05 * (max(xs) - min(xs) or 1)
+  markers = {}
+  for row in sorted(baselines, key=lambda r: order(r.get(columns[0]))):
+    if row.get(y) is None:
+      continue
+    name = model_label(row, leave_out=columns[0])
+    marker = markers.setdefault(name, 'x+*sd^v'[len(markers) % 7])
+    ax.axhline(row[y], color=colour[row.get(columns[0])], linewidth=0.8, alpha=0.6)
+    ax.plot([edge], [row[y]], marker=marker, linestyle='none',
+            color=colour[row.get(columns[0])],
+            label=f'{columns[0]}={row.get(columns[0])}, {name}')
   ax.set(xlabel=x, ylabel=y, xscale='log' if logx else 'linear')
   ax.grid(alpha=0.3)
-  ax.legend(fontsize='small')
+  ax.legend(fontsize='small', loc='center left', bbox_to_anchor=(1.01, 0.5))
   return _finish(fig, path)
 
 

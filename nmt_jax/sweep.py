@@ -238,7 +238,8 @@ def tau_sweep(config, workdir: str, taus: Sequence[float], beam_size: int) -> Li
 
 def write_plots(workdirs: Sequence[str], rows: Sequence[Dict], directory: str,
                 root=None) -> List[str]:
-  """learning_curves.png; memory runs: bleu_vs_K.png and decode_s_vs_K.png (one line per L);
+  """learning_curves.png; memory runs: bleu_vs_K.png and decode_s_vs_K.png (one line per L
+  and position encoding, the other models as horizontal lines);
   runs with a tau sweep: tau_tradeoff.png (the other runs as points). -> paths written."""
   os.makedirs(directory, exist_ok=True)
   runs = [nmt_inspect.load_run(w) for w in workdirs]
@@ -254,9 +255,12 @@ def write_plots(workdirs: Sequence[str], rows: Sequence[Dict], directory: str,
 
   save(nmt_inspect.plot_learning_curves(runs), 'learning_curves.png')
   memory = [r for r in rows if r['attention'] == 'memory']
-  if memory:
-    save(nmt_inspect.plot_results(memory, 'K', 'bleu', 'L', logx=True), 'bleu_vs_K.png')
-    save(nmt_inspect.plot_results(memory, 'K', 'decode_s', 'L', logx=True), 'decode_s_vs_K.png')
+  if memory:   # the other models of the same lengths as horizontal lines
+    lengths = {r['L'] for r in memory}
+    others = [r for r in rows if r['attention'] != 'memory' and r['L'] in lengths]
+    for y in ('bleu', 'decode_s'):
+      save(nmt_inspect.plot_results(memory, 'K', y, ('L', 'PE'), logx=True, baselines=others),
+           f'{y}_vs_K.png')
   swept = [r for r in runs if r.tau_sweep]
   if swept:
     save(nmt_inspect.plot_tau_tradeoff(swept, [r for r in runs if not r.tau_sweep]),

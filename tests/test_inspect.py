@@ -202,8 +202,13 @@ def test_plots_write_png(runs, tmp_path):
   memory, flexible = (nmt_inspect.load_run(f'{root}/{n}') for n in ('memory_k4', 'flexible'))
   nmt_inspect.plot_learning_curves([memory, flexible], str(tmp_path / 'curves.png'))
   nmt_inspect.plot_tau_tradeoff([flexible], [memory], str(tmp_path / 'tau.png'))
-  rows = nmt_inspect.results_table([memory.workdir])
-  nmt_inspect.plot_results(rows, 'K', 'bleu', 'L', str(tmp_path / 'k.png'))
+  rows = nmt_inspect.results_table([memory.workdir, flexible.workdir])
+  figure = nmt_inspect.plot_results(rows[:1], 'K', 'bleu', ('L', 'PE'), str(tmp_path / 'k.png'),
+                                    baselines=rows[1:])
+  labels = [t.get_text() for t in figure.axes[0].get_legend().get_texts()]
+  length, pe = rows[0]['L'], rows[0]['PE']
+  assert labels == [f'L={length}, PE={pe}',
+                    f'L={length}, {nmt_inspect.model_label(rows[1], leave_out="L")}']
   for name in ('curves', 'tau', 'k'):
     with open(tmp_path / f'{name}.png', 'rb') as f:
       assert f.read(8) == b'\x89PNG\r\n\x1a\n'
