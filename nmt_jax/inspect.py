@@ -457,6 +457,18 @@ def plot_tau_tradeoff(runs: Sequence[RunRecord], references: Sequence[RunRecord]
   return _finish(fig, path)
 
 
+# Axis labels for the results columns that plots use; any other column is its own label.
+AXIS_LABELS = {
+    'K': 'K (memory slots)',
+    'L': 'L (maximum source length)',
+    'bleu': 'BLEU',
+    'chrf': 'chrF',
+    'decode_s': 'decoding time of the split (s)',
+    'decode_ms_per_sentence': 'decoding time (ms / sentence)',
+    'avg_window': 'mean attention window (positions)',
+}
+
+
 def plot_results(rows: Sequence[Dict[str, Any]], x: str, y: str, group,
                  path: Optional[str] = None, logx: bool = False,
                  baselines: Sequence[Dict[str, Any]] = ()):
@@ -498,7 +510,8 @@ def plot_results(rows: Sequence[Dict[str, Any]], x: str, y: str, group,
     ax.plot([edge], [row[y]], marker=marker, linestyle='none',
             color=colour[row.get(columns[0])],
             label=f'{columns[0]}={row.get(columns[0])}, {name}')
-  ax.set(xlabel=x, ylabel=y, xscale='log' if logx else 'linear')
+  ax.set(xlabel=AXIS_LABELS.get(x, x), ylabel=AXIS_LABELS.get(y, y),
+         xscale='log' if logx else 'linear')
   ax.grid(alpha=0.3)
   ax.legend(fontsize='small', loc='center left', bbox_to_anchor=(1.01, 0.5))
   return _finish(fig, path)

@@ -209,6 +209,8 @@ def test_plots_write_png(runs, tmp_path):
   length, pe = rows[0]['L'], rows[0]['PE']
   assert labels == [f'L={length}, PE={pe}',
                     f'L={length}, {nmt_inspect.model_label(rows[1], leave_out="L")}']
+  assert (figure.axes[0].get_xlabel(), figure.axes[0].get_ylabel()) == ('K (memory slots)',
+                                                                         'BLEU')
   for name in ('curves', 'tau', 'k'):
     with open(tmp_path / f'{name}.png', 'rb') as f:
       assert f.read(8) == b'\x89PNG\r\n\x1a\n'
