@@ -1,4 +1,4 @@
-"""Greedy search, beam search and teacher-forced decoding (SPEC §4).
+"""Greedy search, beam search and teacher-forced decoding.
 
 All three are pure functions of (params, source) compiled with jit; the
 per-token loop is a `lax.while_loop`, never Python. Every row of a batch is
@@ -18,6 +18,9 @@ import jax.numpy as jnp
 import numpy as np
 
 from nmt_jax import models
+from nmt_jax import parallel
+from nmt_jax import timing
+from nmt_jax.data import batching
 from nmt_jax.vocab import BOS, EOS, PAD
 
 NEG_INF = -jnp.inf
@@ -266,11 +269,12 @@ def make_decode_fn(model: models.Seq2Seq, decode_config, beam_size: Optional[int
 
 def decode_split(decode_fn, params, split, batch_size: int, boundaries, limit=None,
                  mesh=None, timing_repeats: int = 1):
-  """Decodes the sources of a data.Split in fixed-shape, length-sorted batches.
+  """Decodes the sources of a dataset.Split in fixed-shape, length-sorted batches.
 
   `decode_fn` is a jitted fn(params, source); each batch shape is compiled
-  and run once ahead of time, so `decode_seconds` counts steady-state execution
-  only (`compile_seconds` holds the compilation and that first run). With a `mesh`,
+  and run once ahead of time (timing.compile_by_shape), so `decode_seconds`
+  counts steady-state execution only (`compile_seconds` holds the compilation
+  and that first run). With a `mesh`,
   batches are sharded along 'data' (each process feeds its rows) and every
   process receives all hypotheses. With `timing_repeats` > 1 the whole split is
   decoded that many times and `decode_seconds` is the fastest pass (the least
@@ -278,30 +282,25 @@ def decode_split(decode_fn, params, split, batch_size: int, boundaries, limit=No
   Returns (hypotheses: id arrays in split order, without EOS; statistics:
   window_sum, window_count, window_fraction_sum, decode_seconds, compile_seconds).
   """
-  from nmt_jax import data, parallel  # pylint: disable=g-import-not-at-top
-  import time  # pylint: disable=g-import-not-at-top
   count = len(split) if limit is None else min(limit, len(split))
-  batches = list(data.eval_batches(split, batch_size, boundaries, limit=count))
+  batches = list(batching.eval_batches(split, batch_size, boundaries, limit=count))
   if mesh is None:
     sources = [jnp.asarray(batch['source']) for _, batch in batches]
   else:
     sources = [parallel.shard_global_batch({'source': batch['source']}, mesh)['source']
                for _, batch in batches]
-  start = time.perf_counter()
-  executables = {}
-  for source in sources:
-    if source.shape not in executables:
-      executables[source.shape] = decode_fn.lower(params, source).compile()
-      # One untimed run per shape: a first execution pays one-time costs (buffer
-      # allocation, thread start-up) worth ~15-20% of a 1,000-sentence pass on CPU.
-      jax.block_until_ready(executables[source.shape](params, source))
-  compile_seconds = time.perf_counter() - start
+  executables, compile_seconds = timing.compile_by_shape(
+      decode_fn, [(params, source) for source in sources])
+
+  def run_pass():
+    outputs = [executables[timing.shape_key((params, source))](params, source)
+               for source in sources]
+    return parallel.to_host(outputs) if mesh is not None else jax.device_get(outputs)
+
   passes = []
   for _ in range(max(1, timing_repeats)):
-    start = time.perf_counter()
-    outputs = [executables[source.shape](params, source) for source in sources]
-    outputs = parallel.to_host(outputs) if mesh is not None else jax.device_get(outputs)
-    passes.append(time.perf_counter() - start)
+    outputs, seconds = timing.timed(run_pass)
+    passes.append(seconds)
 
   hypotheses = [None] * count
   stats = {'window_sum': 0.0, 'window_count': 0.0, 'window_fraction_sum': 0.0,

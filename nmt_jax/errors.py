@@ -1,4 +1,9 @@
-"""Errors a user can fix. `main` prints each as one line and exits with status 2."""
+"""Errors a user can fix, and the config checks that raise them.
+
+`main` prints each UserError as one line and exits with status 2.
+"""
+
+from typing import Any, Sequence
 
 
 class UserError(Exception):
@@ -19,3 +24,44 @@ class CheckpointError(UserError):
 
 class TrainingError(UserError):
   """Training cannot go on (e.g. the loss became NaN); the last good checkpoint is kept."""
+
+
+def config_error(field: str, value: Any, why: str, fix: str) -> ConfigError:
+  """'config: model.x=3 must be even; use an even size (--config.model.x=...)'."""
+  return ConfigError(
+      f'config: {field}={value!r} {why}; {fix} (--config.{field}=...)'
+  )
+
+
+def positive(field: str, value: Any):
+  """Checks value > 0."""
+  if not isinstance(value, (int, float)) or value <= 0:
+    raise config_error(field, value, 'must be > 0', 'give a positive value')
+
+
+def non_negative(field: str, value: Any):
+  """Checks value >= 0."""
+  if not isinstance(value, (int, float)) or value < 0:
+    raise config_error(field, value, 'must be >= 0', 'give a positive value')
+
+
+def one_of(*choices: str):
+  """A check that value is one of `choices`."""
+
+  def check(field: str, value: Any):
+    if value not in choices:
+      raise config_error(
+          field,
+          value,
+          'is not one of the known values',
+          f'use one of {", ".join(choices)}',
+      )
+
+  check.choices = choices
+  return check
+
+
+def check_fields(section: Any, prefix: str, checks: Sequence):
+  """Runs (name, check) pairs on the fields of a config section."""
+  for name, check in checks:
+    check(f'{prefix}.{name}', section[name])

@@ -6,7 +6,8 @@
 
 Config values are overridden with --config.<field>=<value>, presets chosen
 with a config string argument (configs/global_general.py:copy100).
-The logic lives in importable modules (train.py); this file parses flags.
+The logic lives in importable modules (train.py, evaluation.py); this file
+parses flags.
 """
 
 import logging as std_logging
@@ -19,6 +20,9 @@ from absl import logging
 from ml_collections import config_flags
 
 from nmt_jax import errors
+from nmt_jax import evaluation
+from nmt_jax import parallel
+from nmt_jax import train
 from nmt_jax import writers
 
 _CONFIG = config_flags.DEFINE_config_file('config', None, 'Experiment config file.',
@@ -58,7 +62,6 @@ def maybe_initialize_distributed():
   if _DISTRIBUTED.value == 'off' or (
       _DISTRIBUTED.value == 'auto' and not explicit and not multi_process_cluster()):
     return
-  from nmt_jax import parallel  # pylint: disable=g-import-not-at-top
   local_device_ids = _LOCAL_DEVICE_IDS.value
   if local_device_ids is not None:
     if not all(i.isdigit() for i in local_device_ids):
@@ -69,11 +72,10 @@ def maybe_initialize_distributed():
 
 
 def run(config, workdir: str, mode: str):
-  from nmt_jax import train  # pylint: disable=g-import-not-at-top  (keeps --help fast)
   if mode == 'train':
     train.train_and_evaluate(config, workdir)
   elif mode == 'eval':
-    train.evaluate(config, workdir)
+    evaluation.evaluate(config, workdir)
   elif mode == 'prepare':
     train.prepare(config, workdir)
   else:
@@ -81,7 +83,7 @@ def run(config, workdir: str, mode: str):
     with source:
       lines = [line.strip() for line in source]
     lines = [line for line in lines if line]
-    hypotheses = train.translate(config, workdir, lines)
+    hypotheses = evaluation.translate(config, workdir, lines)
     out = sys.stdout if _OUTPUT.value == '-' else open(_OUTPUT.value, 'w', encoding='utf-8')
     out.write(''.join(h + '\n' for h in hypotheses))
     out.flush()
@@ -105,7 +107,8 @@ def parse_flags(argv):
   except (KeyError, AttributeError) as e:   # --config.<unknown field>=...
     detail = ' '.join(str(e).strip('"\'').replace('\\n', ' ').replace('\\\'', "'").split())
     _fail(f'unknown config field in a --config override: {detail} '
-          '(every field is listed in nmt_jax/default_config.py)')
+          '(every field is listed in nmt_jax/default_config.py and, for model.attention, '
+          'in the kinds of nmt_jax/attention/)')
   except OSError as e:                      # config file missing or failing to import
     _fail(' '.join(str(e).split()) + ' (run from the repository root, or give the path of a '
           'config file)')

@@ -1,4 +1,13 @@
-"""LSTM encoder-decoder with pluggable attention (SPEC §1).
+"""LSTM encoder-decoder with one attention kind of `nmt_jax.attention`.
+
+Encoder: embeddings, a stack of LSTM layers (the bottom one, or all,
+bidirectional), dropout between layers; its top-layer states hbar_s are the
+memory the attention kinds read. Decoder: embeddings, a stack of LSTM layers
+initialised from the encoder (bridge), optional input feeding of
+htilde_{t-1}, the attentional state htilde_t = tanh(W_c [c_t; h_t]), an
+optional extra hidden layer, and p(y_t) = softmax(W_s htilde_t). The query is
+h_t (Luong, model.query='current') or h_{t-1} (Bahdanau, 'previous': the
+context then also feeds the LSTM input).
 
 One `Decoder.step` serves teacher forcing (scanned over the target by
 `nn.scan`) and decoding (called once per step by `decode.py` through
@@ -96,7 +105,6 @@ class Decoder(nn.Module):
   """Stacked LSTM decoder with input feeding and one attention kind."""
   config: Any          # model
   vocab_size: int
-  max_source_length: int
 
   def setup(self):
     cfg = self.config
@@ -105,8 +113,8 @@ class Decoder(nn.Module):
     # Layer 0's embedding-to-gates projection, applied to all steps at once.
     self.input_proj = nn.Dense(4 * h_size, bias_init=lstm.forget_bias_init(h_size, cfg.forget_bias))
     self.cell = StackedLSTMCell(h_size, cfg.num_decoder_layers, cfg.dropout, cfg.forget_bias)
-    self.attention = attention_lib.make_attention(cfg.attention, h_size, self.max_source_length)
-    if self.attention is not None:
+    self.attention = attention_lib.make(cfg.attention, h_size)
+    if self.attention.HAS_CONTEXT:
       self.combine = nn.Dense(h_size, use_bias=False)                      # W_c
     if cfg.bridge == 'dense':
       self.bridge_c = [nn.Dense(h_size) for _ in range(cfg.num_decoder_layers)]
@@ -120,11 +128,8 @@ class Decoder(nn.Module):
     """Attention cache and initial DecoderState from the encoder's outputs."""
     cfg = self.config
     batch = memory.shape[0]
-    if self.attention is None:
-      cache, attention_state = {'lengths': lengths}, {}
-    else:
-      cache = self.attention.prepare(memory, lengths)
-      attention_state = self.attention.initial_state(cache)
+    cache = self.attention.prepare(memory, lengths)
+    attention_state = self.attention.initial_state(cache)
     zeros = jnp.zeros((batch, cfg.hidden_size), memory.dtype)
     carries = []
     for layer in range(cfg.num_decoder_layers):
@@ -146,27 +151,29 @@ class Decoder(nn.Module):
     step_inputs = attention_lib.StepInputs(prev_query=prev_h, inputs=emb, t=state.t)
     attention_state = state.attention
     extra = []
-    if self.attention is not None and cfg.query == 'previous':
+    if cfg.query == 'previous':
       # Bahdanau: attend from h_{t-1}; the context feeds this step's LSTM.
       context, attention_state, diagnostics = self.attention(
           prev_h, cache, attention_state, step_inputs, with_weights, train)
       extra.append(context)
-    if self.attention is not None and cfg.input_feeding:
+    if cfg.input_feeding and self.attention.HAS_CONTEXT:
       extra.append(state.feed)
     carries = self.cell(state.lstm, x_gates, extra, train)
     h = carries[-1][1]
-    if self.attention is None:
-      htilde = h
-      diagnostics = {'window': jnp.zeros(h.shape[:1], jnp.float32)}
-    else:
-      if cfg.query == 'current':
-        # Luong: attend from h_t.
-        context, attention_state, diagnostics = self.attention(
-            h, cache, attention_state, step_inputs, with_weights, train)
-      htilde = jnp.tanh(self.combine(jnp.concatenate([context, h], axis=-1)))
+    if cfg.query == 'current':
+      # Luong: attend from h_t.
+      context, attention_state, diagnostics = self.attention(
+          h, cache, attention_state, step_inputs, with_weights, train)
+    htilde = self.attentional_state(context, h)
     htilde = self.dropout(htilde, deterministic=not train)
     state = DecoderState(lstm=carries, feed=htilde, attention=attention_state, t=state.t + 1)
     return state, htilde, diagnostics
+
+  def attentional_state(self, context, h):
+    """htilde_t = tanh(W_c [c_t; h_t]); h_t itself for a kind without context."""
+    if not self.attention.HAS_CONTEXT:
+      return h
+    return jnp.tanh(self.combine(jnp.concatenate([context, h], axis=-1)))
 
   def logits(self, htilde):
     """htilde [..., H] -> logits [..., V]."""
@@ -198,14 +205,13 @@ class Decoder(nn.Module):
 
 class Seq2Seq(nn.Module):
   """The encoder-decoder; `source`/`target` are padded with PAD = 0."""
-  config: Any          # model
+  config: Any          # model (model.attention.max_source_length resolved)
   source_vocab_size: int
   target_vocab_size: int
-  max_source_length: int
 
   def setup(self):
     self.encoder = Encoder(self.config, self.source_vocab_size)
-    self.decoder = Decoder(self.config, self.target_vocab_size, self.max_source_length)
+    self.decoder = Decoder(self.config, self.target_vocab_size)
 
   def encode(self, source, train=False):
     """source [B, S] -> (attention cache, initial DecoderState)."""

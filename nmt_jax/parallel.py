@@ -1,6 +1,7 @@
 """Data parallelism (config.parallel): batches sharded along 'data', state replicated.
 
-Two implementations of the same train step, selected by parallel.mode:
+Two ways to run the same train step, selected by parallel.mode
+(`data_parallel_step`):
   jit   one program over a Mesh; the batch is a global array sharded along
         'data' and XLA inserts the gradient all-reduce (default).
   pmap  the step mapped over the local devices, gradients summed with psum;
@@ -13,10 +14,11 @@ process by process, so the global batch, and hence the result, is the same
 for any number of processes.
 """
 
+import functools
 import os
 import sys
 import threading
-from typing import Any, Dict, Optional, Sequence
+from typing import Any, Callable, Dict, Optional, Sequence
 
 from absl import logging
 import flax.jax_utils
@@ -107,8 +109,8 @@ def make_mesh(mesh_shape: Sequence[int] = (-1,)) -> Mesh:
         f'config: parallel.mesh_shape={shape} does not match the {len(devices)} devices '
         f'({jax.process_count()} process(es)); use ({len(devices)},) or (-1,)')
   ordered = sorted(devices, key=lambda d: (d.process_index, d.id))
-  # Mesh(...) has Auto axes; jax.make_mesh defaults to Explicit, which breaks
-  # nn.Embed on batch-sharded ids (API_NOTES §3).
+  # Mesh(...) has Auto axes; jax.make_mesh defaults to Explicit axes, under
+  # which nn.Embed's gather on batch-sharded ids fails to shard.
   return Mesh(np.asarray(ordered), (AXIS,))
 
 
@@ -180,7 +182,7 @@ def from_pmap(tree, mesh: Mesh):
   sharding = replicated(mesh)
 
   def merge(x):
-    # Indexing x[0] would be a cross-device gather (API_NOTES §3); take each device's copy.
+    # Indexing x[0] would gather across devices; take each device's own copy instead.
     copies = [shard.data[0] for shard in x.addressable_shards]
     return jax.make_array_from_single_device_arrays(x.shape[1:], sharding, copies)
 
@@ -190,3 +192,56 @@ def from_pmap(tree, mesh: Mesh):
 def first_replica(tree):
   """Host value of per-device results that are equal on every device (psum'd metrics)."""
   return jax.tree_util.tree_map(lambda x: np.asarray(x.addressable_shards[0].data)[0], tree)
+
+
+# ----------------------------------------------------------------- the train step
+
+
+class JitStep:
+  """parallel.mode='jit': the step jitted over the mesh; the loop keeps the global state."""
+
+  def __init__(self, step_fn: Callable, mesh: Mesh):
+    self._step = jax.jit(step_fn, donate_argnums=0)
+    self._mesh = mesh
+
+  def __call__(self, state, rows: Dict[str, np.ndarray]):
+    """(loop state, this process's batch rows) -> (loop state, device metrics)."""
+    return self._step(state, shard_batch(rows, self._mesh))
+
+  def to_loop(self, state):
+    """Global state (replicated on the mesh) -> the state the loop carries."""
+    return state
+
+  def to_global(self, state):
+    """Loop state -> global state, for evaluation and checkpoints."""
+    return state
+
+  def metrics(self, device_metrics):
+    """Device metrics -> host values."""
+    return jax.device_get(device_metrics)
+
+
+class PmapStep(JitStep):
+  """parallel.mode='pmap': the step mapped over local devices (state with a device axis)."""
+
+  def __init__(self, step_fn: Callable, mesh: Mesh):
+    step_fn = functools.partial(step_fn, axis_name=AXIS)
+    self._step = jax.pmap(step_fn, axis_name=AXIS, donate_argnums=0)
+    self._mesh = mesh
+
+  def __call__(self, state, rows):
+    return self._step(state, pmap_batch(rows))
+
+  def to_loop(self, state):
+    return to_pmap(state)
+
+  def to_global(self, state):
+    return from_pmap(state, self._mesh)
+
+  def metrics(self, device_metrics):
+    return first_replica(device_metrics)
+
+
+def data_parallel_step(step_fn: Callable, mode: str, mesh: Mesh) -> JitStep:
+  """The train step `step_fn(state, batch, axis_name=None)` run as parallel.mode says."""
+  return PmapStep(step_fn, mesh) if mode == 'pmap' else JitStep(step_fn, mesh)

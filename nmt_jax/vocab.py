@@ -12,6 +12,7 @@ import os
 from typing import Iterable, List, Sequence
 
 import numpy as np
+import sentencepiece
 
 from nmt_jax.errors import DataError
 
@@ -112,7 +113,6 @@ class SentencePieceVocab:
   """A SentencePiece model whose reserved ids are PAD, BOS, EOS, UNK = 0..3."""
 
   def __init__(self, model_proto: bytes):
-    import sentencepiece  # pylint: disable=g-import-not-at-top  (the 'data' extra)
     self.model_proto = model_proto
     self.processor = sentencepiece.SentencePieceProcessor(model_proto=model_proto)
     self.tokens = [self.processor.id_to_piece(i) for i in range(self.processor.get_piece_size())]
@@ -170,7 +170,6 @@ def build_vocab(kind: str, texts: Sequence[str], size: int, min_count: int = 1,
   if kind == 'char':
     chars = word_counts(texts, split=CharVocab(())._split)
     return CharVocab(most_frequent(chars, min_count, size))
-  import sentencepiece  # pylint: disable=g-import-not-at-top
   model = io.BytesIO()
   try:
     sentencepiece.SentencePieceTrainer.train(

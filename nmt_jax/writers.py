@@ -1,4 +1,8 @@
-"""Run records in the workdir (SPEC §8): metrics.jsonl, TensorBoard events, config.json.
+"""Run records in the workdir: metrics.jsonl, TensorBoard events, JSON files.
+
+metrics.jsonl has one JSON object per line with `step`, `split` ('train',
+'valid', 'eval') and that record's metrics (`loss`, `bleu`, `avg_window`,
+`tokens_per_sec`, ...).
 
 Only process 0 writes; the others get a writer that does nothing.
 """
@@ -11,7 +15,7 @@ import os
 import time
 from typing import Any, Dict
 
-from absl import logging
+import tensorboardX
 
 
 def _jsonable(value):
@@ -33,11 +37,7 @@ class MetricWriter:
     if not enabled:
       return
     self._jsonl = open(os.path.join(workdir, 'metrics.jsonl'), 'a', encoding='utf-8')
-    try:
-      from tensorboardX import SummaryWriter  # pylint: disable=g-import-not-at-top
-      self._tensorboard = SummaryWriter(logdir=workdir)
-    except ImportError:
-      logging.warning('tensorboardX is not installed: no TensorBoard events, metrics.jsonl only')
+    self._tensorboard = tensorboardX.SummaryWriter(logdir=workdir)
 
   def write(self, step: int, split: str, metrics: Dict[str, Any]):
     if not self.enabled:

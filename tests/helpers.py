@@ -5,6 +5,7 @@ import numpy as np
 
 from nmt_jax import default_config
 from nmt_jax import models
+from nmt_jax import validation
 from nmt_jax.vocab import BOS, EOS, PAD
 
 VOCAB = 10   # 4 reserved ids + 6 symbols, as the 'tiny' preset
@@ -16,11 +17,11 @@ def tiny_config(kind='global', score='general', **model):
   config.model.attention.score = score
   for key, value in model.items():
     config.model[key] = value
-  return default_config.validate(config)
+  return validation.resolve(config)
 
 
 def make_model(config):
-  return models.Seq2Seq(config.model, VOCAB, VOCAB, config.model.attention.max_source_length)
+  return models.Seq2Seq(config.model, VOCAB, VOCAB)
 
 
 def init_params(model, seed=0, length=6):

@@ -9,6 +9,7 @@ unless --no_dropout.
 """
 
 import argparse
+import functools
 import os
 import sys
 
@@ -17,7 +18,12 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import jax  # pylint: disable=g-import-not-at-top
 import numpy as np  # pylint: disable=g-import-not-at-top
 
-from nmt_jax import checkpoint, default_config, parallel, train  # pylint: disable=g-import-not-at-top
+from nmt_jax import checkpoint  # pylint: disable=g-import-not-at-top
+from nmt_jax import default_config  # pylint: disable=g-import-not-at-top
+from nmt_jax import parallel  # pylint: disable=g-import-not-at-top
+from nmt_jax import steps  # pylint: disable=g-import-not-at-top
+from nmt_jax import train  # pylint: disable=g-import-not-at-top
+from nmt_jax import validation  # pylint: disable=g-import-not-at-top
 
 
 def main():
@@ -34,8 +40,11 @@ def main():
   config = default_config.get_config('tiny')
   config.parallel.mode = args.mode
   config.model.dropout = 0.0 if args.no_dropout else 0.2
-  setup = train.build(config)
-  runner = train.make_step_runner(setup.config, setup.model, setup.optimizer, setup.mesh)
+  setup = train.build(validation.resolve(config))
+  runner = parallel.data_parallel_step(
+      functools.partial(steps.train_step, model=setup.model, optimizer=setup.optimizer,
+                        config=setup.config),
+      config.parallel.mode, setup.mesh)
   rows = parallel.process_rows(config.train.batch_size, setup.mesh)
 
   state, start = setup.state, 0
@@ -47,7 +56,7 @@ def main():
   state = runner.to_loop(state)
   losses = []
   for step in range(start, args.steps):
-    state, device_metrics = runner.run(state, setup.batches.batch(step, rows))
+    state, device_metrics = runner(state, setup.batches.batch(step, rows))
     metrics = runner.metrics(device_metrics)
     losses.append(float(metrics['loss_sum']) / float(metrics['tokens']))
     if args.save_at and step + 1 == args.save_at:

@@ -6,6 +6,9 @@ import numpy as np
 import pytest
 
 from nmt_jax import attention
+from nmt_jax import errors
+from nmt_jax.attention import content
+from nmt_jax.attention import global_
 from tests import helpers
 
 
@@ -31,7 +34,7 @@ def _np_scores(score, p, memory, query):
   return logits[:, :memory.shape[1]]                    # softmax(W_a h_t) over the first |S|
 
 
-@pytest.mark.parametrize('score', attention.SCORES)
+@pytest.mark.parametrize('score', content.SCORES)
 def test_global_attention_matches_numpy(score):
   rng = np.random.default_rng(0)
   batch, src, dim = 3, 5, 4
@@ -39,7 +42,8 @@ def test_global_attention_matches_numpy(score):
   query = rng.normal(size=(batch, dim)).astype(np.float32)
   lengths = np.array([5, 2, 1])
   config = helpers.tiny_config('global', score).model.attention
-  module = attention.GlobalAttention(config, dim, max_source_length=7)
+  config.max_source_length = 7
+  module = global_.GlobalAttention(config, dim)
 
   def run(mdl, memory, lengths, query):
     cache = mdl.prepare(memory, lengths)
@@ -67,5 +71,5 @@ def test_masked_softmax_zero_on_padding_and_empty_rows():
 def test_unknown_kind_and_score_are_rejected():
   config = helpers.tiny_config().model.attention
   config.kind = 'bogus'
-  with pytest.raises(ValueError, match='unknown attention kind'):
-    attention.make_attention(config, 8, 8)
+  with pytest.raises(errors.ConfigError, match="model.attention.kind='bogus' is not one"):
+    attention.make(config, 8)

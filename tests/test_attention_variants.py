@@ -16,6 +16,9 @@ from nmt_jax import default_config
 from nmt_jax import errors
 from nmt_jax import models
 from nmt_jax.vocab import PAD
+from nmt_jax.attention import flexible
+from nmt_jax.attention import memory as memory_kind
+from nmt_jax import validation
 from tests import helpers
 
 B, S, D = 4, 9, 6
@@ -49,7 +52,8 @@ def _run_module(kind, seed=0, state=None, train=False, **attention_config):
   config.kind, config.score = kind, 'general'
   for key, value in attention_config.items():
     config[key] = value
-  module = attention.make_attention(config, D, max_source_length=S + 2)
+  config.max_source_length = S + 2
+  module = attention.make(config, D)
   memory, query, prev, inputs, t = _inputs(seed)
   step = attention.StepInputs(prev_query=jnp.asarray(prev), inputs=jnp.asarray(inputs), t=jnp.asarray(t))
 
@@ -121,13 +125,15 @@ def test_flexible_windowed_equals_masked_numpy(tau):
   if math.isinf(tau):
     assert np.all(computed == S)
   else:   # the smallest bucket holding the widest kept interval of the batch
-    buckets = attention.window_buckets(S)
+    buckets = flexible.window_buckets(S)
     assert computed[0] == min(w for w in buckets if w >= kept.sum(1).max())
 
 
 def test_flexible_kept_interval_is_the_closed_form():
   rng = np.random.default_rng(0)
-  module = attention.FlexibleAttention(default_config.get_config().model.attention, 4, 64)
+  config = default_config.get_config().model.attention
+  config.max_source_length = 64
+  module = flexible.FlexibleAttention(config, 4)
   kept_interval = jax.jit(module.kept_interval, static_argnums=3)
   for _ in range(100):
     g = jnp.asarray(rng.uniform(0.01, 1.0, 8), jnp.float32)
@@ -191,8 +197,8 @@ def _np_position_encoding(lengths, k_slots, max_length, mode):
 
 
 @pytest.mark.parametrize('encoder_scoring,decoder_scoring,pe', [
-    (e, d, pe) for e, d in itertools.product(default_config.ENCODER_SCORINGS,
-                                             default_config.DECODER_SCORINGS)
+    (e, d, pe) for e, d in itertools.product(memory_kind.ENCODER_SCORINGS,
+                                             memory_kind.DECODER_SCORINGS)
     for pe in ('none', 'renorm')] + [('softmax_time', 'softmax', 'renorm_mean1'),
                                      ('softmax_slots', 'softmax', 'unnormalized')])
 def test_memory_attention_matches_numpy(encoder_scoring, decoder_scoring, pe):
@@ -221,19 +227,20 @@ def test_memory_attention_matches_numpy(encoder_scoring, decoder_scoring, pe):
   np.testing.assert_array_equal(diagnostics['window'], k_slots)
 
 
-@pytest.mark.parametrize('encoder_scoring', default_config.ENCODER_SCORINGS)
+@pytest.mark.parametrize('encoder_scoring', memory_kind.ENCODER_SCORINGS)
 def test_memory_padding_never_enters_the_slots(encoder_scoring):
   config = default_config.get_config().model.attention
   config.kind, config.num_memory, config.encoder_scoring = 'memory', 4, encoder_scoring
   config.position_encoding = 'renorm'
-  module = attention.MemoryAttention(config, D, max_source_length=20)
+  config.max_source_length = 20
+  module = memory_kind.MemoryAttention(config, D)
   memory, _, _, _, _ = _inputs()
-  params = module.init(jax.random.key(0), memory, LENGTHS, method=attention.MemoryAttention.prepare)
-  slots = module.apply(params, memory, LENGTHS, method=attention.MemoryAttention.prepare)['slots']
+  params = module.init(jax.random.key(0), memory, LENGTHS, method=memory_kind.MemoryAttention.prepare)
+  slots = module.apply(params, memory, LENGTHS, method=memory_kind.MemoryAttention.prepare)['slots']
   noisy = np.where((np.arange(S)[None, :] < LENGTHS[:, None])[..., None], memory, 1e3)
   longer = np.concatenate([noisy, np.full((B, 4, D), -7.0, np.float32)], 1)
   for other in (noisy, longer):
-    again = module.apply(params, other, LENGTHS, method=attention.MemoryAttention.prepare)['slots']
+    again = module.apply(params, other, LENGTHS, method=memory_kind.MemoryAttention.prepare)['slots']
     np.testing.assert_allclose(again, slots, rtol=1e-5, atol=1e-5)
 
 
@@ -242,11 +249,12 @@ def test_position_encodings_spread_slots_from_start_to_end():
   config = default_config.get_config().model.attention
   config.kind, config.num_memory, config.encoder_scoring = 'memory', 6, 'softmax_time'
   config.position_encoding = 'unnormalized'
-  module = attention.MemoryAttention(config, D, max_source_length=12)
+  config.max_source_length = 12
+  module = memory_kind.MemoryAttention(config, D)
   memory = jnp.ones((1, 12, D))
-  params = module.init(jax.random.key(0), memory, jnp.array([12]), method=attention.MemoryAttention.prepare)
+  params = module.init(jax.random.key(0), memory, jnp.array([12]), method=memory_kind.MemoryAttention.prepare)
   params = {'params': {'encoder_scores': {'kernel': jnp.ones((D, 6))}}}
-  alpha = module.apply(params, memory, jnp.array([12]), method=attention.MemoryAttention.prepare)['alpha']
+  alpha = module.apply(params, memory, jnp.array([12]), method=memory_kind.MemoryAttention.prepare)['alpha']
   favourite = np.argmax(np.asarray(alpha[0]), axis=0)      # per slot
   assert np.all(np.diff(favourite) >= 0) and favourite[0] == 0 and favourite[-1] == 11
 
@@ -365,7 +373,7 @@ def test_attention_config_errors(field, value, message):
   config = default_config.get_config('tiny')
   config.model.attention[field] = value
   with pytest.raises(errors.ConfigError, match=message):
-    default_config.validate(config)
+    validation.resolve(config)
 
 
 def test_position_encodings_need_room_for_the_longest_source():
@@ -373,8 +381,8 @@ def test_position_encodings_need_room_for_the_longest_source():
   config.model.attention.kind, config.model.attention.position_encoding = 'memory', 'renorm'
   config.model.attention.max_source_length = 4
   with pytest.raises(errors.ConfigError, match='position encodings cover only'):
-    default_config.validate(config)
-  module = attention.MemoryAttention(config.model.attention, D, max_source_length=4)
+    validation.resolve(config)
+  module = memory_kind.MemoryAttention(config.model.attention, D)
   with pytest.raises(errors.ConfigError, match='position encodings cover 4 source positions'):
     module.init(jax.random.key(0), np.zeros((1, 6, D), np.float32), np.array([6]),
-                method=attention.MemoryAttention.prepare)
+                method=memory_kind.MemoryAttention.prepare)

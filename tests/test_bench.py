@@ -1,4 +1,4 @@
-"""`python -m nmt_jax.bench` runs and writes the JSON contract of SPEC §8 (no timing asserted)."""
+"""`python -m nmt_jax.bench` runs and writes its JSON (no timing asserted)."""
 
 import json
 import subprocess
@@ -6,6 +6,7 @@ import sys
 
 import pytest
 
+from nmt_jax.tools import bench_data
 from tests import conftest
 from tests.test_cli import ROOT
 
@@ -59,9 +60,8 @@ def test_bench_data_json_on_a_synthetic_corpus(tmp_path):
 
 
 def test_synthetic_corpus_is_parallel_and_bounded(tmp_path):
-  from nmt_jax import bench as bench_lib  # pylint: disable=g-import-not-at-top
   prefix = str(tmp_path / 'c')
-  bench_lib.write_synthetic_corpus(prefix, 300, max_words=30)
+  bench_data.write_synthetic_corpus(prefix, 300, max_words=30)
   for split, count in (('train', 300), ('dev', 300)):
     de = open(f'{prefix}.{split}.de').read().splitlines()
     en = open(f'{prefix}.{split}.en').read().splitlines()

@@ -5,11 +5,15 @@ import os
 import numpy as np
 import pytest
 
-from nmt_jax import corpus
 from nmt_jax import data
 from nmt_jax import default_config
 from nmt_jax import vocab as vocab_lib
 from nmt_jax.errors import DataError
+from nmt_jax import validation
+from nmt_jax.data import encoding
+from nmt_jax.data import text as text_corpus
+from nmt_jax.data import dataset
+from nmt_jax.data import batching
 from nmt_jax.vocab import EOS, UNK
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -83,7 +87,7 @@ def text_config(prefix=NUMBERS, kind='word', max_length=20, **vocab):
   config.data.vocab.size = 40 if kind == 'sentencepiece' else 0
   for key, value in vocab.items():
     config.data.vocab[key] = value
-  return default_config.validate(config)
+  return validation.resolve(config)
 
 
 @pytest.mark.parametrize('kind, shared', [('word', True), ('char', False),
@@ -119,7 +123,7 @@ def test_empty_and_overlong_pairs_are_skipped_and_counted(tmp_path):
   prefix = write_corpus(tmp_path, train=(source, target), dev=(source, target))
   config = text_config(prefix, max_length=4)
   vocab = vocab_lib.build_vocab('word', source + target, size=0)
-  split, dropped = corpus.encode_split(source, target, vocab, vocab, 4, 'train')
+  split, dropped = encoding.encode_split(source, target, vocab, vocab, 4, 'train')
   assert dropped == {'empty': 2, 'too_long': 1}
   assert split.source_text == ['a b', 'b a']
   task = data.load_task(config.data, 0, str(tmp_path / 'work'), build_vocab=True)
@@ -244,7 +248,6 @@ def test_tfds_unprepared_dataset_says_what_to_run(tmp_path):
 
 def test_tfds_prepare_offline_says_where_to_put_the_files(tmp_path, monkeypatch):
   tfds = pytest.importorskip('tensorflow_datasets')
-  from nmt_jax import corpus  # pylint: disable=g-import-not-at-top
 
   def offline(*args, **kwargs):
     raise ConnectionError('Failed to establish a new connection: [Errno -3] name resolution')
@@ -253,7 +256,7 @@ def test_tfds_prepare_offline_says_where_to_put_the_files(tmp_path, monkeypatch)
   monkeypatch.setattr(tfds.core.DatasetBuilder, 'download_and_prepare', offline)
   config = tfds_config(tfds_data_dir=str(tmp_path / 'tfds'))
   with pytest.raises(DataError) as error:
-    corpus.prepare_tfds(config.data)
+    data.prepare_corpus(config.data)
   message = str(error.value)
   assert 'could not prepare wmt17_translate/de-en (Failed to establish' in message
   assert 'tfds_manual_dir' in message and '\n' not in message
@@ -264,9 +267,9 @@ def test_tfds_prepare_offline_says_where_to_put_the_files(tmp_path, monkeypatch)
 
 def test_ragged_round_trip(tmp_path):
   rows = [np.array([5, 6, EOS], np.int32), np.array([EOS], np.int32), np.array([7] * 9 + [EOS])]
-  ragged = data.Ragged.from_rows(rows)
+  ragged = dataset.Ragged.from_rows(rows)
   ragged.save(str(tmp_path / 'r'))
-  loaded = data.Ragged.load(str(tmp_path / 'r'))
+  loaded = dataset.Ragged.load(str(tmp_path / 'r'))
   assert len(loaded) == 3 and list(loaded.lengths()) == [3, 1, 10]
   for i, row in enumerate(rows):
     np.testing.assert_array_equal(loaded[i], row)
@@ -280,25 +283,25 @@ def test_second_load_maps_the_encoded_cache_and_changes_invalidate_it(tmp_path, 
   config.data.name = f'text:{prefix}'
   workdir = str(tmp_path / 'run')
   fresh = data.load_task(config.data, 0, workdir, build_vocab=True)
-  assert len(os.listdir(os.path.join(workdir, corpus.CACHE_DIR))) == 1
+  assert len(os.listdir(os.path.join(workdir, encoding.CACHE_DIR))) == 1
 
   def no_reading(*args):
     raise AssertionError('a cache hit must not read the corpus')
 
-  monkeypatch.setattr(corpus, 'read_split', no_reading)
+  monkeypatch.setattr(text_corpus, 'read_split', no_reading)
   cached = data.load_task(config.data, 0, workdir)
-  assert isinstance(cached.train.source, data.Ragged)
+  assert isinstance(cached.train.source, dataset.Ragged)
   for name in ('train', 'eval'):
     a, b = getattr(fresh, name), getattr(cached, name)
     assert len(a) == len(b)
     for x, y in zip(a.source + a.target, list(b.source) + list(b.target)):
       np.testing.assert_array_equal(x, y)
   assert cached.eval.target_text == fresh.eval.target_text == ['x', 'z z']
-  np.testing.assert_array_equal(data.example_lengths(cached.train), data.example_lengths(fresh.train))
-  boundaries = data.bucket_boundaries(fresh.max_length, 2)
+  np.testing.assert_array_equal(batching.example_lengths(cached.train), batching.example_lengths(fresh.train))
+  boundaries = batching.bucket_boundaries(fresh.max_length, 2)
   for step in range(5):
-    x = data.TrainBatches(fresh.train, 4, boundaries, 0).batch(step)
-    y = data.TrainBatches(cached.train, 4, boundaries, 0).batch(step)
+    x = batching.TrainBatches(fresh.train, 4, boundaries, 0).batch(step)
+    y = batching.TrainBatches(cached.train, 4, boundaries, 0).batch(step)
     for key in x:
       np.testing.assert_array_equal(x[key], y[key])
 
@@ -309,4 +312,4 @@ def test_second_load_maps_the_encoded_cache_and_changes_invalidate_it(tmp_path, 
   with open(f'{prefix}.dev.en', 'w', encoding='utf-8') as f:
     f.write('x y\nz\n')
   assert data.load_task(config.data, 0, workdir).eval.target_text == ['x y', 'z']
-  assert len(os.listdir(os.path.join(workdir, corpus.CACHE_DIR))) == 3
+  assert len(os.listdir(os.path.join(workdir, encoding.CACHE_DIR))) == 3

@@ -7,6 +7,7 @@ from nmt_jax import data
 from nmt_jax import default_config
 from nmt_jax import errors
 from nmt_jax import vocab as vocab_lib
+from nmt_jax.data import batching
 from nmt_jax.vocab import BOS, EOS, PAD
 
 
@@ -58,9 +59,9 @@ def test_chunk_reverse_reverses_chunks_and_keeps_their_order():
 
 def test_train_batches_are_a_pure_function_of_the_step():
   task, _ = _task(num_train=400)
-  boundaries = data.bucket_boundaries(task.max_length, 2)
-  a = data.TrainBatches(task.train, 8, boundaries, seed=0)
-  b = data.TrainBatches(task.train, 8, boundaries, seed=0)
+  boundaries = batching.bucket_boundaries(task.max_length, 2)
+  a = batching.TrainBatches(task.train, 8, boundaries, seed=0)
+  b = batching.TrainBatches(task.train, 8, boundaries, seed=0)
   for step in [0, 5, a.num_batches - 1, a.num_batches, 3 * a.num_batches + 2, 7]:
     x, y = a.batch(step), b.batch(step)
     for key in x:
@@ -79,9 +80,9 @@ def test_train_batches_are_a_pure_function_of_the_step():
 
 def test_eval_batches_cover_every_example_once():
   task, _ = _task(num_eval=37)
-  boundaries = data.bucket_boundaries(task.max_length, 2)
+  boundaries = batching.bucket_boundaries(task.max_length, 2)
   seen = []
-  for rows, batch in data.eval_batches(task.eval, 8, boundaries):
+  for rows, batch in batching.eval_batches(task.eval, 8, boundaries):
     assert batch['source'].shape[0] == 8 and batch['source'].shape[1] in boundaries
     seen += [r for r in rows if r >= 0]
     for row, index in enumerate(rows):
@@ -92,8 +93,8 @@ def test_eval_batches_cover_every_example_once():
 
 
 def test_bucket_boundaries():
-  assert data.bucket_boundaries(21, 4) == [6, 11, 16, 21]
-  assert data.bucket_boundaries(3, 8) == [1, 2, 3]
+  assert batching.bucket_boundaries(21, 4) == [6, 11, 16, 21]
+  assert batching.bucket_boundaries(3, 8) == [1, 2, 3]
 
 
 def test_vocab_round_trip_and_errors():
@@ -108,4 +109,4 @@ def test_vocab_round_trip_and_errors():
 def test_too_few_examples_for_a_batch_is_an_error():
   task, _ = _task(num_train=5)
   with pytest.raises(errors.DataError, match='lower train.batch_size'):
-    data.TrainBatches(task.train, 64, data.bucket_boundaries(task.max_length, 2), seed=0)
+    batching.TrainBatches(task.train, 64, batching.bucket_boundaries(task.max_length, 2), seed=0)

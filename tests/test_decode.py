@@ -9,6 +9,7 @@ import pytest
 
 from nmt_jax import decode
 from nmt_jax.vocab import BOS, EOS, PAD
+from nmt_jax.data import dataset
 from tests import helpers
 
 
@@ -171,7 +172,7 @@ def test_decode_split_matches_direct_decoding_and_times_the_fastest_pass():
   rng = np.random.default_rng(8)
   sources = [np.append(rng.integers(4, 12, size=n), EOS).astype(np.int32)
              for n in (3, 7, 5, 2, 6)]
-  split = data.Split(source=sources, target=sources, source_text=[''] * 5,
+  split = dataset.Split(source=sources, target=sources, source_text=[''] * 5,
                      target_text=[''] * 5)
   decode_fn = jax.jit(functools.partial(decode.greedy_search, model, ratio=1.5, offset=2))
   hyps, stats = decode.decode_split(decode_fn, params, split, batch_size=2,

@@ -9,7 +9,11 @@ import sys
 import numpy as np
 import pytest
 
-from nmt_jax import inspect as nmt_inspect
+from nmt_jax import evaluation
+from nmt_jax import workdirs
+from nmt_jax.tools import attention_maps
+from nmt_jax.tools import plots
+from nmt_jax.tools import runs as runs_lib
 from tests import conftest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -53,7 +57,7 @@ def runs(tmp_path_factory):
 def test_sweep_runs_each_run_once(runs):
   root = runs['root']
   for name in ('memory_k2', 'memory_k4', 'flexible'):
-    run = nmt_inspect.load_run(os.path.join(root, name))
+    run = runs_lib.load_run(os.path.join(root, name))
     assert run.records('train')[-1]['step'] == 6
     assert run.eval_results['checkpoint_step'] in (2, 4, 6)    # the best by validation BLEU
     with open(os.path.join(root, name, 'config.json')) as f:
@@ -147,12 +151,12 @@ def test_result_row_from_hand_written_workdir(tmp_path):
   (workdir / 'metrics.jsonl').write_text(''.join(json.dumps(r) + '\n' for r in records))
   (workdir / 'eval_results.json').write_text(json.dumps(
       {'bleu': 41.5, 'decode_ms_per_sentence': 2.5, 'num_sentences': 400, 'beam_size': 10}))
-  row, = nmt_inspect.results_table([str(workdir)])
+  row, = runs_lib.results_table([str(workdir)])
   assert row['decode_s'] == pytest.approx(1.0)
   assert row['train_tokens_per_sec'] == pytest.approx(150.0)   # compile window left out, median
   assert row['best_valid_bleu'] == 40.0
   assert row['K'] is None and row['PE'] is None and row['score'] == 'concat'
-  table = nmt_inspect.markdown_table([row]).splitlines()
+  table = runs_lib.markdown_table([row]).splitlines()
   assert 'chrf' not in table[0] and '| 41.50 |' in table[2]
 
 
@@ -168,27 +172,26 @@ def test_tau_sweep_rows(runs):
   # A second sweep adds its taus to the curve.
   sweep('tau', '--config=configs/flexible.py:tiny', f'--workdir={runs["root"]}/flexible',
         '--taus=2', '--config.decode.beam_size=1')
-  merged = nmt_inspect.load_run(f'{runs["root"]}/flexible').tau_sweep
+  merged = runs_lib.load_run(f'{runs["root"]}/flexible').tau_sweep
   assert [float(r['tau']) for r in merged] == [0.5, 2.0, float('inf')]
   assert merged[-1] == rows[float('inf')]
 
 
 def test_translate_with_attention(runs):
-  from nmt_jax import train  # pylint: disable=g-import-not-at-top
   root = runs['root']
-  sentences = nmt_inspect.sample_sentences(f'{root}/memory_k4', 4)
-  memory = nmt_inspect.translate_with_attention(f'{root}/memory_k4', sentences)
-  config = nmt_inspect.load_config(f'{root}/memory_k4')
+  sentences = attention_maps.sample_sentences(f'{root}/memory_k4', 4)
+  memory = attention_maps.translate_with_attention(f'{root}/memory_k4', sentences)
+  config = workdirs.load_config(f'{root}/memory_k4')
   config.decode.beam_size = 1
   # The same hypotheses as the translate mode (greedy, no diagnostics).
-  assert [' '.join(t.hypothesis[:-1]) for t in memory] == train.translate(
+  assert [' '.join(t.hypothesis[:-1]) for t in memory] == evaluation.translate(
       config, f'{root}/memory_k4', sentences)
   for t in memory:
     assert t.weights.shape == (len(t.hypothesis), len(t.source))
     assert t.extras['alpha'].shape == (len(t.source), 4)
     # softmax over time per slot, softmax over slots per step: each step's product sums to 1.
     np.testing.assert_allclose(t.weights.sum(-1), 1.0, rtol=1e-5)
-  flexible = nmt_inspect.translate_with_attention(f'{root}/flexible', sentences,
+  flexible = attention_maps.translate_with_attention(f'{root}/flexible', sentences,
                                                   overrides={'model.attention.tau': 0.5})
   for t in flexible:
     np.testing.assert_allclose(t.weights.sum(-1), 1.0, rtol=1e-5)
@@ -199,23 +202,23 @@ def test_translate_with_attention(runs):
 
 def test_plots_write_png(runs, tmp_path):
   root = runs['root']
-  memory, flexible = (nmt_inspect.load_run(f'{root}/{n}') for n in ('memory_k4', 'flexible'))
-  nmt_inspect.plot_learning_curves([memory, flexible], str(tmp_path / 'curves.png'))
-  nmt_inspect.plot_tau_tradeoff([flexible], [memory], str(tmp_path / 'tau.png'))
-  rows = nmt_inspect.results_table([memory.workdir, flexible.workdir])
-  figure = nmt_inspect.plot_results(rows[:1], 'K', 'bleu', ('L', 'PE'), str(tmp_path / 'k.png'),
+  memory, flexible = (runs_lib.load_run(f'{root}/{n}') for n in ('memory_k4', 'flexible'))
+  plots.plot_learning_curves([memory, flexible], str(tmp_path / 'curves.png'))
+  plots.plot_tau_tradeoff([flexible], [memory], str(tmp_path / 'tau.png'))
+  rows = runs_lib.results_table([memory.workdir, flexible.workdir])
+  figure = plots.plot_results(rows[:1], 'K', 'bleu', ('L', 'PE'), str(tmp_path / 'k.png'),
                                     baselines=rows[1:])
   labels = [t.get_text() for t in figure.axes[0].get_legend().get_texts()]
   length, pe = rows[0]['L'], rows[0]['PE']
   assert labels == [f'L={length}, PE={pe}',
-                    f'L={length}, {nmt_inspect.model_label(rows[1], leave_out="L")}']
+                    f'L={length}, {runs_lib.model_label(rows[1], leave_out="L")}']
   assert (figure.axes[0].get_xlabel(), figure.axes[0].get_ylabel()) == ('K (memory slots)',
                                                                          'BLEU')
   for name in ('curves', 'tau', 'k'):
     with open(tmp_path / f'{name}.png', 'rb') as f:
       assert f.read(8) == b'\x89PNG\r\n\x1a\n'
   with pytest.raises(ValueError, match='no tau_sweep.json'):
-    nmt_inspect.plot_tau_tradeoff([memory])
+    plots.plot_tau_tradeoff([memory])
 
 
 def _images(notebook):
@@ -253,15 +256,15 @@ def test_pivot_table_puts_each_model_on_one_row():
           row('L20/k16', 20, 'memory', 16, 'none', bleu=90.0, decode_s=3.0),
           row('L20/none', 20, 'none', bleu=50.0, decode_s=1.5),
           row('L50/k4_pe', 50, 'memory', 4, 'renorm', bleu=60.0, decode_s=5.0)]
-  lines = nmt_inspect.pivot_table(rows, 'L').splitlines()
+  lines = runs_lib.pivot_table(rows, 'L').splitlines()
   assert lines[0] == '| model | L=20 bleu | L=20 decode_s | L=50 bleu | L=50 decode_s |'
   assert lines[2:] == ['| none | 50.00 | 1.50 |  |  |',
                        '| memory K=4 +PE (renorm) | 80.00 | 2.00 | 60.00 | 5.00 |',
                        '| memory K=16 | 90.00 | 3.00 |  |  |',
                        '| global concat |  |  | 99.00 | 9.00 |']
-  by_k = nmt_inspect.pivot_table([r for r in rows if r['L'] == 20], 'K', ['bleu']).splitlines()
+  by_k = runs_lib.pivot_table([r for r in rows if r['L'] == 20], 'K', ['bleu']).splitlines()
   assert by_k[0] == '| model | K=4 bleu | K=16 bleu | K=None bleu |'
   assert by_k[2:] == ['| none |  |  | 50.00 |', '| memory +PE (renorm) | 80.00 |  |  |',
                       '| memory |  | 90.00 |  |']
   with pytest.raises(ValueError, match='L20/k16 and L20/k16b are the same model at L=20'):
-    nmt_inspect.pivot_table(rows + [row('L20/k16b', 20, 'memory', 16, 'none')], 'L')
+    runs_lib.pivot_table(rows + [row('L20/k16b', 20, 'memory', 16, 'none')], 'L')

@@ -8,6 +8,8 @@ import pytest
 from nmt_jax import checkpoint
 from nmt_jax import data
 from nmt_jax import default_config
+from nmt_jax import validation
+from nmt_jax.data import batching
 from nmt_jax import errors
 
 
@@ -25,19 +27,19 @@ def _host_rows(index, count):
 
 def test_batch_sizes_by_tokens():
   boundaries = [4, 7, 10, 13]
-  assert data.batch_sizes(boundaries, 32) == [32] * 4
-  sizes = data.batch_sizes(boundaries, 32, batch_tokens=100, multiple=2)
+  assert batching.batch_sizes(boundaries, 32) == [32] * 4
+  sizes = batching.batch_sizes(boundaries, 32, batch_tokens=100, multiple=2)
   assert sizes == [24, 14, 10, 6]       # floor(100 / L) rounded down to even
   with pytest.raises(errors.ConfigError, match='data.batch_tokens=20 holds no batch of 2'):
-    data.batch_sizes(boundaries, 32, batch_tokens=20, multiple=2)
+    batching.batch_sizes(boundaries, 32, batch_tokens=20, multiple=2)
 
 
 def test_batches_by_tokens_fill_their_bucket_and_use_each_example_once_per_epoch():
   task = _train_split()
-  boundaries = data.bucket_boundaries(task.max_length, 3)
-  sizes = data.batch_sizes(boundaries, 8, batch_tokens=60)
-  batches = data.TrainBatches(task.train, sizes, boundaries, seed=3)
-  lengths = data.example_lengths(task.train)
+  boundaries = batching.bucket_boundaries(task.max_length, 3)
+  sizes = batching.batch_sizes(boundaries, 8, batch_tokens=60)
+  batches = batching.TrainBatches(task.train, sizes, boundaries, seed=3)
+  lengths = batching.example_lengths(task.train)
   seen = []
   for step in range(batches.num_batches):
     examples, length = batches.examples(step)
@@ -56,9 +58,9 @@ def test_batches_by_tokens_fill_their_bucket_and_use_each_example_once_per_epoch
 @pytest.mark.parametrize('batch_tokens', [0, 60])
 def test_two_hosts_shards_are_disjoint_and_cover_the_data(batch_tokens):
   task = _train_split()
-  boundaries = data.bucket_boundaries(task.max_length, 3)
-  sizes = data.batch_sizes(boundaries, 8, batch_tokens, multiple=2)
-  batches = data.TrainBatches(task.train, sizes, boundaries, seed=1)
+  boundaries = batching.bucket_boundaries(task.max_length, 3)
+  sizes = batching.batch_sizes(boundaries, 8, batch_tokens, multiple=2)
+  batches = batching.TrainBatches(task.train, sizes, boundaries, seed=1)
   everything = []
   for step in range(batches.num_batches + 3):      # into the second epoch
     whole, length = batches.examples(step)
@@ -88,14 +90,14 @@ def _assert_same_batches(a, b):
 
 def test_restored_iterator_yields_the_batches_of_an_uninterrupted_one(tmp_path):
   task = _train_split()
-  boundaries = data.bucket_boundaries(task.max_length, 3)
-  batches = data.TrainBatches(task.train, data.batch_sizes(boundaries, 8, 60), boundaries, seed=2)
+  boundaries = batching.bucket_boundaries(task.max_length, 3)
+  batches = batching.TrainBatches(task.train, batching.batch_sizes(boundaries, 8, 60), boundaries, seed=2)
   num_steps = batches.num_batches + 5              # crosses an epoch boundary
-  uninterrupted = list(data.train_iterator(batches, num_steps))
+  uninterrupted = list(batching.train_iterator(batches, num_steps))
   assert len(uninterrupted) == num_steps
   _assert_same_batches(uninterrupted, [batches.batch(s) for s in range(num_steps)])
 
-  interrupted = data.train_iterator(batches, num_steps)
+  interrupted = batching.train_iterator(batches, num_steps)
   stop = batches.num_batches - 2
   first_part = [next(interrupted) for _ in range(stop)]
   state = {'step': jnp.int32(stop), 'w': jnp.ones((3,))}
@@ -105,7 +107,7 @@ def test_restored_iterator_yields_the_batches_of_an_uninterrupted_one(tmp_path):
   next(interrupted)                                # moves on after the save; must not matter
 
   ckpts = checkpoint.Checkpoints(str(tmp_path))
-  resumed = data.train_iterator(batches, num_steps)
+  resumed = batching.train_iterator(batches, num_steps)
   restored, _ = ckpts.restore(ckpts.latest_step(), checkpoint.abstract(state), resumed)
   ckpts.close()
   assert int(restored['step']) == stop and resumed.get_state() == {'next_index': stop}
@@ -116,9 +118,9 @@ def test_batch_tokens_config_error_before_anything_is_built():
   config = default_config.get_config('tiny')
   config.data.batch_tokens = 5
   with pytest.raises(errors.ConfigError, match='data.batch_tokens=5 holds no batch'):
-    default_config.validate(config)
+    validation.resolve(config)
   config.data.batch_tokens = 64
-  default_config.validate(config)
+  validation.resolve(config)
 
 
 def test_process_rows_of_one_process_is_the_whole_batch():

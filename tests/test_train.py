@@ -8,10 +8,13 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from nmt_jax import attention
 from nmt_jax import default_config
 from nmt_jax import errors
 from nmt_jax import train
 from nmt_jax.vocab import PAD
+from nmt_jax import steps
+from nmt_jax import validation
 from tests import helpers
 
 
@@ -19,7 +22,7 @@ def test_cross_entropy_matches_numpy_and_ignores_padding():
   rng = np.random.default_rng(0)
   logits = rng.normal(size=(2, 3, 5)).astype(np.float32)
   targets = np.array([[1, 2, PAD], [4, PAD, PAD]])
-  loss_sum, tokens = train.cross_entropy(jnp.asarray(logits), jnp.asarray(targets))
+  loss_sum, tokens = steps.cross_entropy(jnp.asarray(logits), jnp.asarray(targets))
   logp = logits - np.log(np.exp(logits).sum(-1, keepdims=True))
   expected = -(logp[0, 0, 1] + logp[0, 1, 2] + logp[1, 0, 4])
   np.testing.assert_allclose(loss_sum, expected, rtol=1e-5)
@@ -31,14 +34,14 @@ def test_label_smoothing_is_zero_at_the_smoothed_target():
   soft = np.full(vocab, eps / (vocab - 1))
   soft[2] = 1 - eps
   logits = jnp.log(jnp.asarray(soft))[None, None]
-  loss_sum, _ = train.cross_entropy(logits, jnp.array([[2]]), label_smoothing=eps)
+  loss_sum, _ = steps.cross_entropy(logits, jnp.array([[2]]), label_smoothing=eps)
   np.testing.assert_allclose(loss_sum, 0.0, atol=1e-5)
 
 
 def test_halving_schedule_follows_shu():
   config = default_config.get_config().train
   config.schedule, config.learning_rate, config.halve_from_epoch = 'halve', 1.0, 4
-  schedule = train.learning_rate_fn(config, steps_per_epoch=10)
+  schedule = steps.learning_rate_fn(config, steps_per_epoch=10)
   # Epochs 1-3 at the full rate, halved from the start of epoch 4, again at epoch 5.
   assert [float(schedule(s)) for s in (0, 29, 30, 39, 40)] == [1.0, 1.0, 0.5, 0.5, 0.25]
 
@@ -46,7 +49,7 @@ def test_halving_schedule_follows_shu():
 def test_warmup_rsqrt_schedule():
   config = default_config.get_config().train
   config.schedule, config.learning_rate, config.warmup_steps = 'warmup_rsqrt', 1.0, 4
-  schedule = train.learning_rate_fn(config, steps_per_epoch=10)
+  schedule = steps.learning_rate_fn(config, steps_per_epoch=10)
   np.testing.assert_allclose([float(schedule(s)) for s in (0, 3, 16)], [0.25, 1.0, 0.5])
 
 
@@ -67,11 +70,11 @@ def test_validate_rejects_bad_values(field, value, message):
     target = target[part]
   target[name] = value
   with pytest.raises(errors.ConfigError, match=message):
-    default_config.validate(config)
+    validation.resolve(config)
 
 
 def test_validate_derives_max_source_length():
-  config = default_config.validate(default_config.get_config('tiny'))
+  config = validation.resolve(default_config.get_config('tiny'))
   assert config.model.attention.max_source_length == config.data.max_length + 1
 
 
@@ -85,7 +88,7 @@ def test_a_few_steps_reduce_the_loss():
   config.train.learning_rate = 1e-2
   setup = train.build(config)
   state, batches = setup.state, setup.batches
-  step = jax.jit(functools.partial(train.train_step, model=setup.model,
+  step = jax.jit(functools.partial(steps.train_step, model=setup.model,
                                     optimizer=setup.optimizer, config=setup.config))
   fixed = batches.batch(0)
   losses = []
@@ -109,11 +112,11 @@ def test_flexible_finetuning_objective_rewards_strength():
     def loss_fn(p):
       logits, diagnostics = setup.model.apply({'params': p}, batch['source'], batch['target_in'],
                                               train=True, rngs={'dropout': jax.random.key(0)})
-      loss_sum, tokens = train.cross_entropy(logits, batch['target_out'])
+      loss_sum, tokens = steps.cross_entropy(logits, batch['target_out'])
       return loss_sum / tokens, diagnostics['strength']
     nll, strength = loss_fn(params)
     mask = batch['target_out'] != PAD
-    step = jax.jit(functools.partial(train.train_step, model=setup.model, optimizer=setup.optimizer,
+    step = jax.jit(functools.partial(steps.train_step, model=setup.model, optimizer=setup.optimizer,
                                      config=cfg))
     return step, float(nll), float(np.sum(np.where(mask, strength, 0)) / mask.sum())
 
@@ -135,7 +138,7 @@ def test_beta_needs_flexible_attention():
   config = default_config.get_config('tiny')
   config.train.beta = 0.1
   with pytest.raises(errors.ConfigError, match='train.beta'):
-    default_config.validate(config)
+    validation.resolve(config)
 
 
 @pytest.mark.parametrize('preset', [None, 'copy200', 'chunk', 'wmt17_de_en', 'shu_de_en'])
@@ -147,4 +150,4 @@ def test_every_config_file_and_preset_validates(preset):
   for path in files:
     name = os.path.basename(path)[:-3]
     config = default_config.sibling_config(path, name, preset)
-    assert default_config.validate(config).model.attention.kind in default_config.ATTENTION_KINDS
+    assert validation.resolve(config).model.attention.kind in attention.kinds()

@@ -1,0 +1,200 @@
+"""The interface every attention kind implements, and the registry of kinds.
+
+A kind is a linen module with three methods, called by the decoder
+(`models.Decoder`) and nothing else:
+
+  prepare(memory [B, S, D], lengths [B]) -> cache
+      Once per sentence, after encoding: precomputed keys, memory, masks.
+      Beam search repeats and never reorders the cache.
+  initial_state(cache) -> state
+      Per-hypothesis recurrent state of the kind (e.g. the focus p_{t-1});
+      a dict of [B, ...] arrays that beam search reorders with the beams.
+  __call__(query [B, H], cache, state, step: StepInputs, with_weights, train)
+      -> context [B, D], new state, diagnostics
+      One decoder step. `diagnostics` always holds 'window' [B] (the number
+      of source positions the step attends to), plus cheap kind-specific
+      values; 'weights' only when `with_weights`: over source positions
+      [B, S], or over memory slots [B, K] for `memory`. `train` is True in
+      training steps (flexible attention never truncates then).
+
+and a class-level description that config validation, `bench` and run
+inspection read from the registry, so that nothing outside the kind's module
+names it:
+
+  FIELDS          model.attention.<name>: (default, check) of the fields it reads
+  validate()      rules that hold when the kind is selected
+  cost()          matmul FLOPs and positions scored, for `bench`
+  source_attention(), PLOT, RANK   what run inspection shows of it
+
+Positions are 0-based: s = 0 is the first source token, S_b - 1 its EOS.
+Adding a kind is one module in this package that subclasses `Attention` and
+decorates it with `@register('name')` (see docs/design.md).
+"""
+
+from typing import Any, Callable, ClassVar, Dict, NamedTuple, Tuple, Type
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import ml_collections
+from ml_collections import config_dict
+
+from nmt_jax import errors
+
+Cache = Dict[str, jax.Array]
+State = Dict[str, jax.Array]
+
+
+class StepInputs(NamedTuple):
+  """What a decoder step offers an attention kind besides the query."""
+
+  prev_query: jax.Array  # [B, H] top decoder state h_{t-1}
+  inputs: jax.Array  # [B, E] embedding of the fed-back word (i_t)
+  t: jax.Array  # [B] int32 index of the target token being produced
+
+
+class Cost(NamedTuple):
+  """Forward matmul FLOPs of one sentence (elementwise work not counted)."""
+
+  sentence_flops: float  # once per sentence, after encoding (prepare)
+  step_flops: float  # per decoder step
+  positions: float  # source positions (or memory slots) scored per step
+
+
+def masked_softmax(scores, mask, axis=-1):
+  """Softmax over `mask`ed entries; masked entries and all-masked rows get 0."""
+  return jax.nn.softmax(scores, axis=axis, where=mask)
+
+
+def source_cache(memory, lengths) -> Cache:
+  """The part of every cache that describes the source: memory, mask, lengths."""
+  mask = jnp.arange(memory.shape[1])[None, :] < lengths[:, None]  # [B, S]
+  return {'memory': memory, 'mask': mask, 'lengths': lengths}
+
+
+class Attention(nn.Module):
+  """Base class of the attention kinds (see the module docstring)."""
+
+  config: Any  # model.attention
+  hidden_size: int
+
+  # model.attention.<name>: (default, check(field, value)) of every field the
+  # kind reads. Kinds sharing a field declare the same default and check.
+  FIELDS: ClassVar[Dict[str, Tuple[Any, Callable]]] = {}
+  # Whether the kind produces a context vector: the decoder then forms the
+  # attentional state htilde_t = tanh(W_c [c_t; h_t]) and feeds it back
+  # (input feeding). `none` has no context: htilde_t = h_t.
+  HAS_CONTEXT = True
+  # Whether diagnostics hold 'strength' [B], g(t) of flexible attention, which
+  # the fine-tuning objective (train.beta) rewards.
+  HAS_STRENGTH = False
+  # Row order in results tables (Britz et al.'s Table 1: none first, global last).
+  RANK = 100
+  # The plot run inspection draws of a translation (tools/plots.py), or None.
+  PLOT = 'attention'
+
+  def prepare(self, memory, lengths) -> Cache:
+    return source_cache(memory, lengths)
+
+  def initial_state(self, cache) -> State:
+    del cache
+    return {}
+
+  def __call__(
+      self, query, cache, state, step, with_weights=False, train=False
+  ):
+    raise NotImplementedError
+
+  @classmethod
+  def validate(cls, config):
+    """Raises ConfigError for a rule of the whole config this kind needs."""
+    del config
+
+  @classmethod
+  def cost(cls, model_config, source_length: int) -> Cost:
+    """FLOPs and positions of a training step on a source of `source_length`."""
+    raise NotImplementedError
+
+  @classmethod
+  def source_attention(cls, weights, cache, row: int, length: int):
+    """One sentence's per-step weights [T, W] -> ([T, length] over its source, extras).
+
+    `cache` is the (NumPy) cache of the whole batch, `row` the sentence's row.
+    """
+    del cache, row
+    return weights[:, :length], {}
+
+
+# ----------------------------------------------------------------- registry
+
+_KINDS: Dict[str, Type[Attention]] = {}
+
+
+def register(name: str):
+  """Class decorator: makes `name` a value of model.attention.kind."""
+
+  def add(cls):
+    if name in _KINDS and _KINDS[name] is not cls:
+      raise ValueError(f'attention kind {name!r} is registered twice')
+    _KINDS[name] = cls
+    return cls
+
+  return add
+
+
+def names() -> Tuple[str, ...]:
+  """The registered kinds, in table order."""
+  return tuple(sorted(_KINDS, key=lambda name: (_KINDS[name].RANK, name)))
+
+
+def get(kind: str) -> Type[Attention]:
+  """The class of a registered kind; a one-line ConfigError for any other name."""
+  if kind not in _KINDS:
+    raise errors.config_error(
+        'model.attention.kind',
+        kind,
+        'is not one of the known values',
+        f'use one of {", ".join(names())}',
+    )
+  return _KINDS[kind]
+
+
+def make(attention_config, hidden_size: int) -> Attention:
+  """The module of `attention_config.kind`."""
+  return get(attention_config.kind)(attention_config, hidden_size)
+
+
+def fields() -> Dict[str, Tuple[Any, Callable]]:
+  """The union of every kind's FIELDS (a field shared by kinds appears once)."""
+  merged = {}
+  for name in names():
+    for field, spec in _KINDS[name].FIELDS.items():
+      if field in merged and merged[field] != spec:
+        raise ValueError(
+            f'attention kinds disagree on model.attention.{field}: '
+            f'{merged[field]} vs {spec} ({name})'
+        )
+      merged[field] = spec
+  return merged
+
+
+def default_config() -> ml_collections.ConfigDict:
+  """model.attention: the kind, the source length bound and every kind's fields."""
+  config = ml_collections.ConfigDict()
+  # The attention kind: one of names() ('none', 'memory', 'local_m', ...).
+  config.kind = 'global'
+  # Longest source (incl. EOS) for 'location' scores and position encodings.
+  # None: derived from the data (data.max_length + 1) when the config is resolved.
+  config.max_source_length = config_dict.placeholder(int)
+  for field, (default, _) in fields().items():
+    config[field] = default
+  return config
+
+
+def validate(config):
+  """Every kind's field values, then the selected kind's own rules."""
+  attention = config.model.attention
+  kind = get(attention.kind)
+  for field, (_, check) in fields().items():
+    check(f'model.attention.{field}', attention[field])
+  kind.validate(config)

@@ -1,0 +1,175 @@
+"""Score functions and the base of the kinds that score encoder states.
+
+score(h_t, hbar_s) of Luong et al. 2015 (eq. 8) and Bahdanau et al. 2015:
+
+  dot        h_t^T hbar_s
+  general    h_t^T W_a hbar_s
+  concat     v_a^T tanh(W_a [h_t; hbar_s])      (Bahdanau's additive score)
+  location   (W_a h_t)_s                        (a_t = softmax(W_a h_t))
+
+Each score precomputes its key side once per sentence (`keys`) and scores a
+query against any subset of positions, so windowed kinds score only the
+positions they gather.
+"""
+
+from typing import Dict, Type
+
+import flax.linen as nn
+import jax.numpy as jnp
+
+from nmt_jax import errors
+from nmt_jax.attention import base
+
+
+class Score(nn.Module):
+  """score(query, keys) over W gathered positions."""
+
+  hidden_size: int
+  max_source_length: int
+
+  def keys(self, memory):
+    """memory [B, S, D] -> keys [B, S, A]."""
+    return memory
+
+  def __call__(self, query, keys, positions):
+    """query [B, H], keys [B, W, A], positions [B, W] int -> scores [B, W]."""
+    return jnp.einsum('bh,bwh->bw', query, keys)
+
+  @classmethod
+  def cost(cls, hidden: int, max_source_length: int, source_length, width):
+    """(FLOPs once per sentence, FLOPs per step scoring `width` positions)."""
+    del max_source_length, source_length
+    return 0.0, 2.0 * width * hidden
+
+
+class Dot(Score):
+  pass
+
+
+class General(Score):
+
+  def setup(self):
+    self.key_proj = nn.Dense(self.hidden_size, use_bias=False)  # W_a
+
+  def keys(self, memory):
+    return self.key_proj(memory)
+
+  @classmethod
+  def cost(cls, hidden, max_source_length, source_length, width):
+    return 2.0 * hidden * hidden * source_length, 2.0 * width * hidden
+
+
+class Concat(Score):
+
+  def setup(self):
+    self.key_proj = nn.Dense(self.hidden_size, use_bias=False)  # W_a, key half
+    self.query_proj = nn.Dense(self.hidden_size, use_bias=False)  # query half
+    self.v = nn.Dense(1, use_bias=False)  # v_a
+
+  def keys(self, memory):
+    return self.key_proj(memory)
+
+  def __call__(self, query, keys, positions):
+    hidden = jnp.tanh(keys + self.query_proj(query)[:, None, :])  # [B, W, A]
+    return self.v(hidden)[..., 0]
+
+  @classmethod
+  def cost(cls, hidden, max_source_length, source_length, width):
+    return (
+        2.0 * hidden * hidden * source_length,
+        2.0 * hidden * hidden + 2.0 * width * hidden,
+    )
+
+
+class Location(Score):
+  """Scores positions, not keys: one logit per position up to max_source_length."""
+
+  def setup(self):
+    self.location = nn.Dense(self.max_source_length)  # W_a h_t
+
+  def keys(self, memory):
+    return memory[..., :0]  # no key side
+
+  def __call__(self, query, keys, positions):
+    logits = self.location(query)  # [B, S_max]
+    positions = jnp.minimum(positions, logits.shape[1] - 1)
+    return jnp.take_along_axis(logits, positions, axis=1)
+
+  @classmethod
+  def cost(cls, hidden, max_source_length, source_length, width):
+    return 0.0, 2.0 * hidden * max_source_length
+
+
+SCORES: Dict[str, Type[Score]] = {
+    'dot': Dot,
+    'general': General,
+    'concat': Concat,
+    'location': Location,
+}
+
+# The field every content kind reads (shared, so declared once).
+SCORE_FIELD = {
+    # score(h_t, hbar_s): 'dot', 'general', 'concat' or 'location'.
+    'score': ('general', errors.one_of(*SCORES)),
+}
+
+
+def gather_positions(x, positions):
+  """x [B, S, ...], positions [B, W] int -> [B, W, ...] (clipped into 0..S-1)."""
+  positions = jnp.clip(positions, 0, x.shape[1] - 1)
+  index = positions.reshape(positions.shape + (1,) * (x.ndim - 2))
+  return jnp.take_along_axis(x, index, axis=1)
+
+
+def scatter_positions(weights, positions, valid, length):
+  """Window weights [B, W] at positions [B, W] -> weights over the source [B, length]."""
+  rows = jnp.arange(weights.shape[0])[:, None]
+  full = jnp.zeros((weights.shape[0], length), weights.dtype)
+  return full.at[rows, jnp.clip(positions, 0, length - 1)].add(
+      jnp.where(valid, weights, 0.0)
+  )
+
+
+class ContentAttention(base.Attention):
+  """Shared by the kinds that score encoder states with `score`."""
+
+  FIELDS = SCORE_FIELD
+
+  def setup(self):
+    score = SCORES[self.config.score]
+    self.scorer = score(self.hidden_size, self.config.max_source_length)
+
+  def prepare(self, memory, lengths) -> base.Cache:
+    cache = base.source_cache(memory, lengths)
+    cache['keys'] = self.scorer.keys(memory)
+    return cache
+
+  def attend_all(self, query, cache, logit_offset=None):
+    """Masked softmax over all S positions -> weights [B, S]."""
+    mask = cache['mask']
+    positions = jnp.broadcast_to(jnp.arange(mask.shape[1]), mask.shape)
+    scores = self.scorer(query, cache['keys'], positions)
+    if logit_offset is not None:
+      scores = scores + logit_offset
+    return base.masked_softmax(scores, mask)
+
+  def attend_window(self, query, cache, positions, valid, logit_offset=None):
+    """Masked softmax over gathered positions [B, W] -> weights [B, W].
+
+    O(W) work, not O(S): only the gathered keys are scored.
+    """
+    keys = gather_positions(cache['keys'], positions)
+    scores = self.scorer(query, keys, positions)
+    if logit_offset is not None:
+      scores = scores + logit_offset
+    return base.masked_softmax(scores, valid)
+
+  @classmethod
+  def content_cost(cls, model_config, source_length, width) -> base.Cost:
+    """Scores and context over `width` of `source_length` positions."""
+    attention, hidden = model_config.attention, model_config.hidden_size
+    sentence, step = SCORES[attention.score].cost(
+        hidden, attention.max_source_length or source_length,
+        source_length, width
+    )
+    return base.Cost(sentence, step + 2.0 * width * hidden, float(width))

@@ -1,0 +1,150 @@
+"""Shu & Nakayama 2017 flexible attention: a position penalty around the focus.
+
+  g(t)      = sigmoid(v_g^T tanh(W_g [h_{t-1}; i_t]) + b_g)
+  penalty_t = g(t) (s - p_{t-1})^2 / (2 sigma^2)
+  a_t(s)    = softmax_s(score(h, hbar_s) - penalty_t(s))
+  p_t       = sum_s a_t(s) s,   p_0 = 0
+
+Outside training, positions with penalty >= tau are dropped: the kept set is
+the integers in (p_{t-1} - r, p_{t-1} + r), r = sigma sqrt(2 tau / g(t)),
+within the sentence (if none is, the one nearest p_{t-1}). Their scores are
+computed on a gathered window whose static width is the smallest of
+`window_buckets(S)` that holds the widest kept interval of the batch, chosen
+per step by `nn.switch`: a narrow focus costs a narrow computation.
+tau = inf (and training) takes the untruncated path over all S positions.
+"""
+
+import math
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+
+from nmt_jax import errors
+from nmt_jax.attention import base
+from nmt_jax.attention import content
+
+
+def window_buckets(length: int):
+  """Static window widths to pick from: 8, 16, 32, ... and the full length."""
+  widths, width = [], 8
+  while width < length:
+    widths.append(width)
+    width *= 2
+  return widths + [length]
+
+
+@base.register('flexible')
+class FlexibleAttention(content.ContentAttention):
+  """Flexible attention with any score of content.SCORES."""
+
+  FIELDS = {
+      **content.SCORE_FIELD,
+      # Width sigma of the position penalty (Shu & Nakayama's best: 1.5).
+      'sigma': (1.5, errors.positive),
+      # Test-time threshold: positions with penalty >= tau are not scored
+      # (inf keeps every position: the untruncated model).
+      'tau': (math.inf, errors.non_negative),
+  }
+  HAS_STRENGTH = True
+  RANK = 40
+  PLOT = 'vision_span'
+
+  def setup(self):
+    super().setup()
+    self.strength_hidden = nn.Dense(self.hidden_size, use_bias=False)  # W_g
+    self.strength_out = nn.Dense(1)  # v_g, b_g
+
+  def initial_state(self, cache) -> base.State:
+    return {'center': jnp.zeros(cache['lengths'].shape, jnp.float32)}
+
+  def strength(self, step):
+    """g(t) [B]."""
+    inputs = jnp.concatenate([step.prev_query, step.inputs], -1)
+    hidden = jnp.tanh(self.strength_hidden(inputs))
+    return jax.nn.sigmoid(self.strength_out(hidden)[:, 0])
+
+  def kept_interval(self, g, previous, lengths, tau):
+    """First and last kept position [B] each (closed form), for finite tau."""
+    radius = self.config.sigma * jnp.sqrt(2.0 * tau / g)
+    first = jnp.maximum(jnp.floor(previous - radius) + 1, 0).astype(jnp.int32)
+    last = jnp.minimum(jnp.ceil(previous + radius) - 1, lengths - 1)
+    last = last.astype(jnp.int32)
+    nearest = jnp.clip(jnp.round(previous), 0, lengths - 1).astype(jnp.int32)
+    empty = last < first
+    return jnp.where(empty, nearest, first), jnp.where(empty, nearest, last)
+
+  def penalty(self, g, previous, positions):
+    distance = positions - previous[:, None]
+    return g[:, None] * distance**2 / (2.0 * self.config.sigma**2)
+
+  def __call__(
+      self, query, cache, state, step, with_weights=False, train=False
+  ):
+    g = self.strength(step)
+    previous = state['center']
+    lengths = cache['lengths']
+    length = cache['mask'].shape[1]
+    tau = math.inf if train else self.config.tau
+    diagnostics = {'strength': g, 'previous_center': previous}
+    if math.isinf(tau):
+      positions = jnp.broadcast_to(jnp.arange(length), cache['mask'].shape)
+      offset = -self.penalty(g, previous, positions)
+      weights = self.attend_all(query, cache, offset)  # [B, S]
+      context = jnp.einsum('bs,bsd->bd', weights, cache['memory'])
+      center = jnp.sum(weights * positions, -1)
+      diagnostics.update(
+          window=lengths.astype(jnp.float32),
+          computed=jnp.full(lengths.shape, float(length)),
+          first=jnp.zeros_like(lengths),
+          last=lengths - 1,
+      )
+      full_weights = weights
+    else:
+      first, last = self.kept_interval(g, previous, lengths, tau)
+      widths = window_buckets(length)
+      widest = jnp.max(last - first + 1)
+      branch = jnp.searchsorted(jnp.array(widths), widest)
+      operands = (query, cache, g, previous, first, last)
+      if self.is_initializing():  # params must exist before the switch
+        out = self.windowed(length, with_weights, *operands)
+      else:
+        branches = [
+            lambda mdl, *ops, w=w: mdl.windowed(w, with_weights, *ops)
+            for w in widths
+        ]
+        out = nn.switch(branch, branches, self, *operands)
+      context, center, full_weights, computed = out
+      diagnostics.update(
+          window=(last - first + 1).astype(jnp.float32),
+          computed=computed,
+          first=first,
+          last=last,
+      )
+    diagnostics['center'] = center
+    if with_weights:
+      diagnostics['weights'] = full_weights
+    return context, {'center': center}, diagnostics
+
+  def windowed(self, width, with_weights, query, cache, g, previous, first,
+               last):
+    """Attention over the `width` positions from `first` (those <= last valid)."""
+    length = cache['mask'].shape[1]
+    positions = first[:, None] + jnp.arange(width)  # [B, W]
+    valid = positions <= last[:, None]
+    offset = -self.penalty(g, previous, positions)
+    weights = self.attend_window(query, cache, positions, valid, offset)
+    window_memory = content.gather_positions(cache['memory'], positions)
+    context = jnp.einsum('bw,bwd->bd', weights, window_memory)  # [B, D]
+    center = jnp.sum(weights * positions, -1)
+    scattered = None
+    if with_weights:
+      scattered = content.scatter_positions(weights, positions, valid, length)
+    return context, center, scattered, jnp.full(g.shape, float(width))
+
+  @classmethod
+  def cost(cls, model_config, source_length):
+    cost = cls.content_cost(model_config, source_length, source_length)
+    hidden, embed = model_config.hidden_size, model_config.embed_size
+    strength = 2.0 * (hidden + embed) * hidden + 2.0 * hidden  # W_g, v_g
+    return cost._replace(step_flops=cost.step_flops + strength)

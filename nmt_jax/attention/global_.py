@@ -1,0 +1,31 @@
+"""Luong global attention: a softmax over all S source positions.
+
+  a_t(s) = softmax_s(score(h_t, hbar_s)),   c_t = sum_s a_t(s) hbar_s
+"""
+
+import jax.numpy as jnp
+
+from nmt_jax.attention import base
+from nmt_jax.attention import content
+
+
+@base.register('global')
+class GlobalAttention(content.ContentAttention):
+  """Global attention with any score of content.SCORES."""
+
+  RANK = 50
+
+  def __call__(
+      self, query, cache, state, step, with_weights=False, train=False
+  ):
+    del step, train
+    weights = self.attend_all(query, cache)  # [B, S]
+    context = jnp.einsum('bs,bsd->bd', weights, cache['memory'])  # [B, D]
+    diagnostics = {'window': cache['lengths'].astype(jnp.float32)}
+    if with_weights:
+      diagnostics['weights'] = weights
+    return context, state, diagnostics
+
+  @classmethod
+  def cost(cls, model_config, source_length):
+    return cls.content_cost(model_config, source_length, source_length)

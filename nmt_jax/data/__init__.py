@@ -1,0 +1,46 @@
+"""The data layer: tasks (splits of id sequences) and their batches.
+
+  dataset.py      Ragged, Split, Task: what a task is
+  embedded.py     copy and chunk_reverse, generated from the seed
+  text.py         text:<prefix> parallel text files
+  tfds_corpus.py  tfds:<builder>/<config> TFDS translation corpora
+  encoding.py     vocabularies, encoding and the encoded-corpus cache of real corpora
+  batching.py     length buckets, training batches by step, eval batches
+
+Modules import downward only (batching and the sources use dataset; text and
+tfds_corpus use encoding); `load_task` below picks the source of data.name.
+"""
+
+from typing import Optional
+
+from nmt_jax.data import dataset
+from nmt_jax.data import embedded
+from nmt_jax.data import text
+from nmt_jax.data import tfds_corpus
+from nmt_jax.errors import DataError
+
+
+def load_task(data_config, seed: int, workdir: Optional[str] = None,
+              build_vocab: bool = False) -> dataset.Task:
+  """The task named by data_config.name.
+
+  Real corpora keep their vocabularies in `<workdir>/vocab`; `build_vocab`
+  builds missing ones (training), otherwise a missing one is an error.
+  """
+  name = data_config.name
+  if name.startswith('text:'):
+    return text.load_task(data_config, workdir, build_vocab)
+  if name.startswith('tfds:'):
+    return tfds_corpus.load_task(data_config, workdir, build_vocab)
+  if name not in embedded.NAMES:
+    raise DataError(
+        f'unknown data.name {name!r}: use one of {", ".join(embedded.NAMES)}, '
+        'text:<path prefix>, tfds:<builder>/<config>'
+    )
+  return embedded.load_task(data_config, seed)
+
+
+def prepare_corpus(data_config):
+  """The one-time download a corpus needs before load_task (TFDS); none for the others."""
+  if data_config.name.startswith('tfds:'):
+    tfds_corpus.prepare(data_config)

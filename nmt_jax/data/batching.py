@@ -1,0 +1,164 @@
+"""Length-bucketed batches: training batches as a pure function of the step, eval batches.
+
+Every batch is padded to one of a few bucket lengths, so a jitted step
+compiles once per bucket. The training stream is a pure function of
+(seed, step): resuming at step N yields exactly the batches an uninterrupted
+run would have seen.
+"""
+
+import functools
+import math
+from typing import Dict, Iterator, List, Optional, Sequence, Tuple
+
+import grain
+import numpy as np
+
+from nmt_jax import errors
+from nmt_jax import vocab as vocab_lib
+from nmt_jax.data import dataset
+from nmt_jax.vocab import BOS, EOS
+
+Batch = Dict[str, np.ndarray]
+
+
+def bucket_boundaries(max_length: int, num_buckets: int) -> List[int]:
+  """Padded lengths: num_buckets evenly spaced lengths up to max_length."""
+  return sorted({math.ceil(max_length * (i + 1) / num_buckets) for i in range(num_buckets)})
+
+
+def example_lengths(split: dataset.Split) -> np.ndarray:
+  """Padded length each example needs: target_in is BOS + target[:-1], same length as target."""
+  if isinstance(split.source, dataset.Ragged) and isinstance(split.target, dataset.Ragged):
+    return np.maximum(split.source.lengths(), split.target.lengths())
+  return np.array([max(len(s), len(t)) for s, t in zip(split.source, split.target)])
+
+
+def make_batch(split: dataset.Split, rows: Sequence[int], length: int) -> Batch:
+  """Rows of `split` as PAD-padded arrays [len(rows), length]."""
+  targets = [split.target[i] for i in rows]
+  return {
+      'source': vocab_lib.pad_batch([split.source[i] for i in rows], length),
+      'target_in': vocab_lib.pad_batch([np.concatenate([[BOS], t[:-1]]) for t in targets], length),
+      'target_out': vocab_lib.pad_batch(targets, length),
+  }
+
+
+def dummy_batch(batch_size: int, length: int) -> Batch:
+  """A batch of one-token (EOS) sentences: enough for shape-only uses such as init."""
+  tokens = np.zeros((batch_size, length), np.int32)
+  tokens[:, 0] = EOS
+  return {'source': tokens, 'target_in': tokens, 'target_out': tokens}
+
+
+def batch_sizes(boundaries: Sequence[int], batch_size: int, batch_tokens: int = 0,
+                multiple: int = 1) -> List[int]:
+  """Sentences per batch in each bucket.
+
+  batch_tokens = 0: `batch_size` everywhere. Otherwise as many sentences as fit
+  in `batch_tokens` padded tokens (rows x bucket length), rounded down to a
+  multiple of `multiple` (the device count, so batches split evenly).
+  """
+  if not batch_tokens:
+    return [batch_size] * len(boundaries)
+  sizes = [batch_tokens // length // multiple * multiple for length in boundaries]
+  if not sizes[-1]:
+    raise errors.ConfigError(
+        f'config: data.batch_tokens={batch_tokens} holds no batch of {multiple} sentence(s) of the '
+        f'longest bucket ({boundaries[-1]} tokens); use at least {boundaries[-1] * multiple} '
+        '(--config.data.batch_tokens=...)')
+  return sizes
+
+
+class TrainBatches:
+  """Shuffled, length-bucketed training batches; `batch(step)` is a pure function of step.
+
+  Each epoch is a seeded permutation grouped by bucket into full batches
+  (a bucket's last partial batch is left out of that epoch), in shuffled order.
+  `batch_size` is one size for every bucket or one per bucket (see batch_sizes).
+  """
+
+  def __init__(self, split: dataset.Split, batch_size, boundaries: Sequence[int], seed: int):
+    self.split = split
+    self.boundaries = list(boundaries)
+    self.sizes = ([batch_size] * len(self.boundaries) if isinstance(batch_size, int)
+                  else list(batch_size))
+    self.seed = seed
+    lengths = example_lengths(split)
+    if lengths.max() > self.boundaries[-1]:
+      raise errors.DataError(f'an example of length {lengths.max()} exceeds the longest bucket '
+                      f'{self.boundaries[-1]}; raise data.max_length')
+    self.bucket = np.searchsorted(self.boundaries, lengths)               # bucket of each example
+    # Full batches per bucket do not depend on the order, so every epoch has as many.
+    self.num_batches = int(sum(np.sum(self.bucket == b) // size
+                               for b, size in enumerate(self.sizes)))
+    if not self.num_batches:
+      raise errors.DataError(f'the training split ({len(split)} examples) fills no batch of '
+                      f'{max(self.sizes)} in any length bucket; lower train.batch_size')
+    self._cached_epoch: Tuple[int, List[np.ndarray]] = (-1, [])
+
+  def epoch(self, epoch: int) -> List[np.ndarray]:
+    """The batches (arrays of example indices) of one epoch, in training order."""
+    if self._cached_epoch[0] != epoch:
+      rng = np.random.default_rng([self.seed, 2, epoch])
+      order = rng.permutation(len(self.split))
+      batches = []
+      for b, size in enumerate(self.sizes):
+        members = order[self.bucket[order] == b]
+        full = len(members) // size * size
+        batches += np.split(members[:full], full // size) if full else []
+      self._cached_epoch = (epoch, [batches[i] for i in rng.permutation(len(batches))])
+    return self._cached_epoch[1]
+
+  def examples(self, step: int, rows=slice(None)) -> Tuple[np.ndarray, int]:
+    """(example indices, padded length) of `step`'s batch.
+
+    `rows` selects the part one process feeds: a slice, or a function from the
+    batch's row count to a slice (batches by tokens differ in rows per bucket).
+    """
+    epoch, index = divmod(step, self.num_batches)
+    examples = self.epoch(epoch)[index]
+    rows = rows(len(examples)) if callable(rows) else rows
+    return examples[rows], self.boundaries[self.bucket[examples[0]]]
+
+  def batch(self, step: int, rows=slice(None)) -> Batch:
+    """The batch of `step` (`rows`: see `examples`)."""
+    examples, length = self.examples(step, rows)
+    return make_batch(self.split, examples, length)
+
+
+def train_iterator(batches: TrainBatches, num_steps: int, rows=slice(None), prefetch: int = 4):
+  """A Grain iterator over the batches of steps 0..num_steps-1, built ahead in a thread.
+
+  Its state ({'next_index': step}) is saved with each checkpoint (checkpoint.py),
+  so a resumed run continues on the batch an uninterrupted one would see.
+  """
+  dataset = grain.MapDataset.range(num_steps).map(functools.partial(_step_batch, batches, rows))
+  return iter(dataset.to_iter_dataset(
+      grain.ReadOptions(num_threads=1, prefetch_buffer_size=prefetch)))
+
+
+def _step_batch(batches: TrainBatches, rows, step) -> Batch:
+  return batches.batch(int(step), rows)
+
+
+def eval_batches(split: dataset.Split, batch_size: int, boundaries: Sequence[int],
+                 limit: Optional[int] = None) -> Iterator[Tuple[np.ndarray, Batch]]:
+  """Fixed-shape batches of the first `limit` examples, sorted by length.
+
+  Yields (indices [batch_size], batch); the batch is padded with copies of a
+  one-token example whose index is -1, so every batch has `batch_size` rows.
+  """
+  count = len(split) if limit is None else min(limit, len(split))
+  lengths = example_lengths(split)[:count]
+  order = np.argsort(lengths, kind='stable')
+  for start in range(0, count, batch_size):
+    rows = order[start:start + batch_size]
+    length = boundaries[int(np.searchsorted(boundaries, lengths[rows].max()))]
+    batch = make_batch(split, rows, length)
+    pad = batch_size - len(rows)
+    if pad:
+      dummy = np.zeros((pad, length), np.int32)
+      dummy[:, 0] = EOS
+      batch = {k: np.concatenate([v, dummy]) for k, v in batch.items()}
+      rows = np.concatenate([rows, np.full(pad, -1)])
+    yield rows, batch

@@ -1,0 +1,148 @@
+"""Validation and evaluation: loss, decoding, BLEU; the eval and translate modes."""
+
+import functools
+import os
+from typing import Any, Dict, Optional
+
+from absl import logging
+import jax
+
+from nmt_jax import decode
+from nmt_jax import metrics as metrics_lib
+from nmt_jax import parallel
+from nmt_jax import steps
+from nmt_jax import validation
+from nmt_jax import workdirs
+from nmt_jax import writers
+from nmt_jax.data import batching
+from nmt_jax.data import dataset
+from nmt_jax.errors import ConfigError
+
+
+class Evaluator:
+  """Validation loss and decoding of a split with one model (jitted functions cached)."""
+
+  def __init__(self, config, model, task: dataset.Task, mesh):
+    self.config, self.model, self.task, self.mesh = config, model, task, mesh
+    self.boundaries = batching.bucket_boundaries(
+        task.max_length, config.data.num_buckets
+    )
+    self._eval_step = jax.jit(functools.partial(steps.eval_step, model=model))
+    self._decoders = {}
+
+  def loss(self, params, split: dataset.Split) -> float:
+    """Teacher-forced loss per target token."""
+    sums = {'loss_sum': 0.0, 'tokens': 0.0}
+    batch_size = self.config.train.batch_size
+    for _, batch in batching.eval_batches(split, batch_size, self.boundaries):
+      sharded = parallel.shard_global_batch(batch, self.mesh)
+      out = jax.device_get(self._eval_step(params, sharded))
+      sums = {k: sums[k] + float(out[k]) for k in sums}
+    return sums['loss_sum'] / max(sums['tokens'], 1.0)
+
+  def decode_batch_size(self, beam_size: int) -> int:
+    """Sentences per decoding batch: decode.batch_size hypotheses, a multiple of the devices."""
+    devices = self.mesh.devices.size
+    size = max(1, self.config.decode.batch_size // beam_size)
+    return max(devices, size // devices * devices)
+
+  def translate(self, params, split: dataset.Split, beam_size: int,
+                limit: Optional[int] = None):
+    """-> (hypothesis texts in split order, window and timing metrics)."""
+    if beam_size not in self._decoders:
+      self._decoders[beam_size] = decode.make_decode_fn(
+          self.model, self.config.decode, beam_size
+      )
+    hyps, stats = decode.decode_split(
+        self._decoders[beam_size],
+        params,
+        split,
+        self.decode_batch_size(beam_size),
+        self.boundaries,
+        limit,
+        mesh=self.mesh,
+        timing_repeats=self.config.decode.timing_repeats,
+    )
+    count = max(len(hyps), 1)
+    info = decode.window_metrics(stats)
+    info['decode_ms_per_sentence'] = 1000 * stats['decode_seconds'] / count
+    info['decode_compile_seconds'] = stats['compile_seconds']
+    if len(stats['decode_seconds_all']) > 1:
+      info['decode_ms_per_sentence_all'] = [
+          1000 * t / count for t in stats['decode_seconds_all']
+      ]
+    return [self.task.target_vocab.decode(h) for h in hyps], info
+
+  def evaluate(self, params, split: dataset.Split, beam_size: int,
+               limit: Optional[int] = None):
+    """Loss, BLEU (+ signature), chrF, RIBES, window size and decoding time."""
+    hypotheses, info = self.translate(params, split, beam_size, limit)
+    references = split.target_text[: len(hypotheses)]
+    result = metrics_lib.translation_metrics(
+        hypotheses, references, self.config.data.target_lang
+    )
+    result.update(info)
+    result['loss'] = self.loss(params, split)
+    result['beam_size'] = beam_size
+    result['num_sentences'] = len(hypotheses)
+    return result, hypotheses
+
+
+def scalars(result: Dict) -> Dict:
+  """The numeric entries of a result (what metrics.jsonl and TensorBoard take)."""
+  return {k: v for k, v in result.items() if isinstance(v, (int, float))}
+
+
+def evaluate(config, workdir: str) -> Dict[str, Any]:
+  """Decodes the test split (else validation) with the best checkpoint and decode.beam_size.
+
+  Writes eval_results.json, eval_hypotheses.txt and an 'eval' record in
+  metrics.jsonl.
+  """
+  config = validation.resolve(config)
+  task, model, mesh, params, step = workdirs.restore_for_inference(
+      config, workdir
+  )
+  evaluator = Evaluator(config, model, task, mesh)
+  result, hypotheses = evaluator.evaluate(
+      params, task.test_or_eval, config.decode.beam_size
+  )
+  result['eval_split'] = 'test' if task.test is not None else 'validation'
+  result['checkpoint_step'] = step
+  if jax.process_index() == 0:
+    writers.write_json(os.path.join(workdir, 'eval_results.json'), result)
+    path = os.path.join(workdir, 'eval_hypotheses.txt')
+    with open(path, 'w', encoding='utf-8') as f:
+      f.write(''.join(h + '\n' for h in hypotheses))
+    writer = writers.MetricWriter(workdir)
+    writer.write(step, 'eval', scalars(result))
+    writer.close()
+  logging.info(
+      'evaluation of step %d (beam %d): BLEU %.2f | chrF %.2f | RIBES %.4f | '
+      'avg window %.1f | %.2f ms/sentence',
+      step, config.decode.beam_size, result['bleu'], result['chrf'],
+      result['ribes'], result['avg_window'], result['decode_ms_per_sentence'],
+  )
+  logging.info('sacreBLEU signature: %s', result['bleu_signature'])
+  return result
+
+
+def translate(config, workdir: str, lines):
+  """Translates source `lines` with the best checkpoint -> list of target texts."""
+  config = validation.resolve(config)
+  task, model, mesh, params, _ = workdirs.restore_for_inference(config, workdir)
+  if not lines:
+    raise ConfigError(
+        'translate got no input sentences; pass --input=FILE or pipe text '
+        'on stdin'
+    )
+  split = dataset.sentences_split(lines, task.source_vocab)
+  longest = max(len(s) for s in split.source)
+  if longest > task.max_length:
+    raise ConfigError(
+        f"an input sentence has {longest - 1} tokens, more than the model's "
+        f'data.max_length={task.max_length - 1}; split the sentence'
+    )
+  evaluator = Evaluator(config, model, task, mesh)
+  hypotheses, _ = evaluator.translate(params, split, config.decode.beam_size)
+  return hypotheses

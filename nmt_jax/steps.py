@@ -1,0 +1,167 @@
+"""The model, the optimizer and the pure step functions of training.
+
+The step functions are jitted once per bucket shape by their callers; the
+dropout key is `fold_in(seed, step)` and the data order a function of the
+step, so a checkpoint (step, params, optimizer state) is all a resumed run
+needs to follow the trajectory of an uninterrupted one.
+"""
+
+import math
+from typing import Any
+
+import flax
+import jax
+import jax.numpy as jnp
+import optax
+
+from nmt_jax import models
+from nmt_jax.data import dataset
+from nmt_jax.vocab import PAD
+
+
+@flax.struct.dataclass
+class TrainState:
+  step: jax.Array  # int32 scalar: number of updates applied
+  params: Any
+  opt_state: Any
+
+
+def create_model(config, task: dataset.Task) -> models.Seq2Seq:
+  """The Seq2Seq of a resolved config, sized to the task's vocabularies."""
+  return models.Seq2Seq(
+      config.model, len(task.source_vocab), len(task.target_vocab)
+  )
+
+
+def learning_rate_fn(train_config, steps_per_epoch: int):
+  """step -> learning rate.
+
+  'constant'; 'halve': halved at the start of epoch halve_from_epoch (1-based)
+  and every epoch after, as Shu & Nakayama; 'warmup_rsqrt': linear warmup,
+  then lr * sqrt(warmup / step). Any schedule starts with the linear warmup
+  when train.warmup_steps > 0.
+  """
+  lr, warmup = train_config.learning_rate, train_config.warmup_steps
+
+  def schedule(step):
+    step = jnp.asarray(step, jnp.float32)
+    factor = jnp.minimum(1.0, (step + 1) / warmup) if warmup else 1.0
+    if train_config.schedule == 'halve':
+      epoch = jnp.floor(step / steps_per_epoch) + 1
+      halvings = jnp.maximum(0.0, epoch - train_config.halve_from_epoch + 1)
+      factor = factor * 0.5**halvings
+    elif train_config.schedule == 'warmup_rsqrt':
+      decay = jnp.sqrt(max(warmup, 1) / jnp.maximum(step, 1.0))
+      factor = factor * jnp.minimum(1.0, decay)
+    return lr * factor
+
+  return schedule
+
+
+def create_optimizer(train_config, steps_per_epoch: int):
+  """Adam after global-norm clipping -> (optimizer, learning-rate schedule)."""
+  schedule = learning_rate_fn(train_config, steps_per_epoch)
+  parts = []
+  if train_config.clip_norm:
+    parts.append(optax.clip_by_global_norm(train_config.clip_norm))
+  return optax.chain(*parts, optax.adam(schedule)), schedule
+
+
+def init_state(config, model, optimizer, sharding, sample_batch) -> TrainState:
+  """Step-0 state: parameters from config.seed, placed with `sharding`."""
+
+  def init(key):
+    params = model.init(
+        key, sample_batch['source'], sample_batch['target_in']
+    )['params']
+    return TrainState(
+        step=jnp.int32(0), params=params, opt_state=optimizer.init(params)
+    )
+
+  return jax.jit(init, out_shardings=sharding)(jax.random.key(config.seed))
+
+
+def cross_entropy(logits, targets, label_smoothing: float = 0.0):
+  """Summed token cross-entropy over non-PAD targets -> (loss_sum, num_tokens).
+
+  logits [B, T, V], targets [B, T]. With label smoothing the loss is shifted
+  by the smoothed distribution's entropy, so a perfect prediction scores 0
+  either way.
+  """
+  weights = (targets != PAD).astype(jnp.float32)
+  if label_smoothing:
+    vocab = logits.shape[-1]
+    confidence, low = 1.0 - label_smoothing, label_smoothing / (vocab - 1)
+    soft = jax.nn.one_hot(targets, vocab) * (confidence - low) + low
+    entropy = -(
+        confidence * math.log(confidence)
+        + (vocab - 1) * low * math.log(low + 1e-20)
+    )
+    loss = optax.softmax_cross_entropy(logits, soft) - entropy
+  else:
+    loss = optax.softmax_cross_entropy_with_integer_labels(logits, targets)
+  return jnp.sum(loss * weights), jnp.sum(weights)
+
+
+def train_step(state: TrainState, batch, *, model, optimizer, config,
+               axis_name=None):
+  """One update on a batch {'source', 'target_in', 'target_out'} [B, L].
+
+  Returns (state, metric sums). Under pmap, `axis_name` names the device
+  axis: each device holds B / devices rows, and token counts and gradients
+  are summed over devices, so the update equals the jit one on the whole
+  batch (dropout masks are drawn per device).
+  """
+  dropout_key = jax.random.fold_in(jax.random.key(config.seed), state.step)
+  if axis_name:
+    device = jax.lax.axis_index(axis_name)
+    dropout_key = jax.random.fold_in(dropout_key, device)
+
+  def total(x):
+    return jax.lax.psum(x, axis_name) if axis_name else x
+
+  def loss_fn(params):
+    logits, diagnostics = model.apply(
+        {'params': params},
+        batch['source'],
+        batch['target_in'],
+        train=True,
+        rngs={'dropout': dropout_key},
+    )
+    loss_sum, tokens = cross_entropy(
+        logits, batch['target_out'], config.train.label_smoothing
+    )
+    all_tokens = jnp.maximum(total(tokens), 1.0)
+    loss = loss_sum / all_tokens
+    if config.train.beta:
+      # Shu & Nakayama fine-tuning rewards strong penalties:
+      # J = NLL - beta * mean_t g(t).
+      mask = batch['target_out'] != PAD
+      strength = jnp.where(mask, diagnostics['strength'], 0.0)
+      loss = loss - config.train.beta * jnp.sum(strength) / all_tokens
+    return loss, (loss_sum, tokens)
+
+  grad_fn = jax.value_and_grad(loss_fn, has_aux=True)
+  (_, (loss_sum, tokens)), grads = grad_fn(state.params)
+  grads, loss_sum, tokens = total(grads), total(loss_sum), total(tokens)
+  updates, opt_state = optimizer.update(grads, state.opt_state, state.params)
+  state = TrainState(
+      step=state.step + 1,
+      params=optax.apply_updates(state.params, updates),
+      opt_state=opt_state,
+  )
+  metrics = {
+      'loss_sum': loss_sum,
+      'tokens': tokens,
+      'grad_norm': optax.global_norm(grads),
+  }
+  return state, metrics
+
+
+def eval_step(params, batch, *, model):
+  """Teacher-forced loss sums of a batch (PAD rows contribute nothing)."""
+  logits, _ = model.apply(
+      {'params': params}, batch['source'], batch['target_in']
+  )
+  loss_sum, tokens = cross_entropy(logits, batch['target_out'])
+  return {'loss_sum': loss_sum, 'tokens': tokens}

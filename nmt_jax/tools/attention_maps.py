@@ -1,0 +1,88 @@
+"""Translations with their attention, for inspection (notebooks, plots.py).
+
+  from nmt_jax.tools import attention_maps
+  sentences = attention_maps.sample_sentences('runs/memory_k64', 3)
+  for t in attention_maps.translate_with_attention('runs/memory_k64', sentences):
+    print(t.hypothesis, t.weights.shape)       # [T, S]
+"""
+
+import dataclasses
+from typing import Any, Dict, List, Optional, Sequence
+
+import jax
+import numpy as np
+
+from nmt_jax import attention
+from nmt_jax import data
+from nmt_jax import decode
+from nmt_jax import models
+from nmt_jax import validation
+from nmt_jax import workdirs
+from nmt_jax.data import batching
+from nmt_jax.data import dataset
+
+
+@dataclasses.dataclass
+class Translation:
+  """One decoded sentence with its attention, cut to real tokens (EOS included).
+
+  weights: [T, S] attention over source positions at each target step (memory:
+  the effective sum_k beta_tk alpha_sk). Memory also has alpha [S, K] (encoder
+  scores) and beta [T, K] (decoder scores); flexible has strength g(t) [T] and
+  the kept interval first/last [T] (whole sentence when tau = inf).
+  """
+  source: List[str]
+  hypothesis: List[str]
+  weights: Optional[np.ndarray]
+  extras: Dict[str, np.ndarray]
+  attention: str
+
+
+def translate_with_attention(workdir: str, sentences: Sequence[str], beam_size: int = 1,
+                             overrides: Optional[Dict[str, Any]] = None) -> List[Translation]:
+  """Decodes `sentences` with the workdir's best checkpoint, keeping the attention per step.
+
+  `overrides` changes config fields first, e.g. {'model.attention.tau': 1.2}.
+  """
+  config = workdirs.load_config(workdir)
+  for field, value in (overrides or {}).items():
+    *parents, leaf = field.split('.')
+    node = config
+    for part in parents:
+      node = node[part]
+    node[leaf] = value
+  config = validation.resolve(config)
+  task, model, _, params, _ = workdirs.restore_for_inference(config, workdir)
+  kind = attention.get(config.model.attention.kind)
+  split = dataset.sentences_split(list(sentences), task.source_vocab)
+  longest = max(len(s) for s in split.source)
+  source = batching.make_batch(split, range(len(split)), longest)['source']
+  decode_fn = decode.make_decode_fn(model, config.decode, beam_size, with_diagnostics=True)
+  out = jax.device_get(decode_fn(params, source))
+  diagnostics = out.diagnostics or {}
+  cache, _ = jax.device_get(
+      model.apply({'params': params}, source, method=models.Seq2Seq.encode))
+  translations = []
+  for i, tokens in enumerate(np.asarray(out.tokens)):
+    steps = int(np.sum(tokens != 0))
+    length = len(split.source[i])
+    hypothesis = task.target_vocab.decode(tokens[:steps]).split()
+    extras = {k: np.asarray(v[i, :steps]) for k, v in diagnostics.items()
+              if k not in ('weights', 'window') and np.ndim(v) == 2}
+    weights = diagnostics.get('weights')
+    if weights is not None:
+      # [T, W] over what the kind attends to -> [T, S] over the source.
+      weights, kind_extras = kind.source_attention(
+          np.asarray(weights[i, :steps]), cache, i, length)
+      extras.update(kind_extras)
+    translations.append(Translation(
+        task.source_vocab.decode(split.source[i]).split() + ['</s>'],
+        hypothesis + ['</s>'], weights, extras, config.model.attention.kind))
+  return translations
+
+
+def sample_sentences(workdir: str, count: int = 3) -> List[str]:
+  """The first `count` source sentences of the workdir's validation split."""
+  config = workdirs.load_config(workdir)
+  task = data.load_task(config.data, config.seed, workdir)
+  return list(task.eval.source_text[:count])

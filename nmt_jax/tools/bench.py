@@ -1,0 +1,296 @@
+"""Speed and memory benchmarks of training and decoding (the library of `nmt_jax.bench`).
+
+train:  steady-state target tokens/s (real, non-PAD tokens), compile time,
+        peak RSS, and the step's dense GFLOP/s next to XLA's rate on a plain
+        [128, 768] x [768, 1024] matmul at the same thread count.
+decode: ms per sentence and sentences/s over the evaluation split for greedy,
+        beam (decode.beam_size) and teacher-forced decoding, and the average
+        attention window.
+
+Without a workdir, decoding uses random weights whose EOS logit is suppressed
+until each sentence's reference length (ratio 1, offset 0): every hypothesis
+runs exactly as many steps as a perfect copy model's, which is what the cost
+depends on. With a workdir, its best checkpoint decodes as configured.
+"""
+
+import functools
+import os
+import resource
+import statistics
+from typing import Any, Dict, Optional
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from nmt_jax import attention
+from nmt_jax import data
+from nmt_jax import decode
+from nmt_jax import errors
+from nmt_jax import evaluation
+from nmt_jax import parallel
+from nmt_jax import steps
+from nmt_jax import timing
+from nmt_jax import train
+from nmt_jax import validation
+from nmt_jax import workdirs
+from nmt_jax.data import batching
+from nmt_jax.vocab import EOS
+
+
+def pin_threads(threads: Optional[int]):
+  """Restricts this process (and XLA's thread pool) to `threads` cores.
+
+  Call before JAX starts its backend (the first device use).
+  """
+  if not threads:
+    return
+  cores = sorted(os.sched_getaffinity(0))
+  if threads > len(cores):
+    raise errors.ConfigError(
+        f'--threads={threads} but only {len(cores)} cores are available'
+    )
+  # XLA:CPU sizes its thread pool from the affinity mask.
+  os.sched_setaffinity(0, set(cores[:threads]))
+  if threads == 1:
+    flags = os.environ.get('XLA_FLAGS', '')
+    os.environ['XLA_FLAGS'] = (
+        flags + ' --xla_cpu_multi_thread_eigen=false'
+    ).strip()
+
+
+def peak_rss_mb() -> float:
+  return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
+
+
+def matmul_gflops() -> float:
+  """XLA's fp32 rate on the decoder gate matmul [128, 768] x [768, 1024]."""
+  a = jax.random.normal(jax.random.key(0), (128, 768))
+  b = jax.random.normal(jax.random.key(1), (768, 1024))
+  count = 50
+
+  @jax.jit
+  def loop(a, b):
+    # Each product depends on the last, so XLA cannot drop or merge iterations.
+    body = lambda _, c: c + (a + c[0, 0] * 1e-9) @ b
+    return jax.lax.fori_loop(0, count, body, jnp.zeros((128, 1024)))
+
+  loop(a, b).block_until_ready()
+  seconds = min(timing.timed(lambda: loop(a, b))[1] for _ in range(3))
+  return 2 * 128 * 768 * 1024 * count / seconds / 1e9
+
+
+def dense_flops(model_config, batch: int, source_len: int, target_len: int,
+                vocab: int) -> float:
+  """Forward matmul FLOPs of one padded batch (elementwise work not counted)."""
+  m = model_config
+  h, e = m.hidden_size, m.embed_size
+  flops, width = 0.0, e
+  for layer in range(m.num_encoder_layers):
+    bi = m.bidirectional == 'all' or (m.bidirectional == 'bottom' and layer == 0)
+    units, directions = (h // 2, 2) if bi else (h, 1)
+    flops += directions * 2 * (width + units) * 4 * units * source_len
+    width = h
+  kind = attention.get(m.attention.kind)
+  cost = kind.cost(m, source_len)
+  flops += cost.sentence_flops
+  per_step = 2 * e * 4 * h + 2 * h * vocab  # input projection, softmax
+  extra = 0
+  if kind.HAS_CONTEXT:
+    extra = h * (int(m.input_feeding) + int(m.query == 'previous'))
+    per_step += 2 * 2 * h * h  # W_c [c; h]
+  per_step += 2 * (extra + h) * 4 * h
+  per_step += (m.num_decoder_layers - 1) * 2 * 2 * h * 4 * h
+  if m.output_hidden_size:
+    per_step += 2 * h * m.output_hidden_size
+    per_step += 2 * (m.output_hidden_size - h) * vocab
+  per_step += cost.step_flops
+  return batch * (flops + per_step * target_len)
+
+
+# ----------------------------------------------------------------- train
+
+
+def bench_train(config, num_steps: int, repeats: int,
+                workdir: Optional[str] = None) -> Dict[str, Any]:
+  """Timed training steps of a config (the median of `repeats` repetitions)."""
+  config = validation.resolve(config)
+  setup = train.build(config, workdir)
+  state, batches, mesh = setup.state, setup.batches, setup.mesh
+  step_fn = jax.jit(
+      functools.partial(
+          steps.train_step,
+          model=setup.model,
+          optimizer=setup.optimizer,
+          config=config,
+      ),
+      donate_argnums=0,
+  )
+  samples = [
+      parallel.shard_batch(batching.dummy_batch(rows, length), mesh)
+      for length, rows in zip(setup.boundaries, batches.sizes)
+  ]
+  # Every bucket shape, ahead of time (donated state: compile only).
+  executables, compile_s = timing.compile_by_shape(
+      step_fn, [(state, sample) for sample in samples], warm=False
+  )
+
+  def run(first_step):
+    nonlocal state
+    host = [batches.batch(s) for s in range(first_step, first_step + num_steps)]
+    device = [parallel.shard_batch(b, mesh) for b in host]
+
+    def steps_pass():
+      nonlocal state
+      for batch in device:
+        step = executables[timing.shape_key((state, batch))]
+        state, metrics = step(state, batch)
+      return metrics
+
+    _, seconds = timing.timed(steps_pass)
+    real = sum(int(np.sum(b['target_out'] != 0)) for b in host)
+    padded = sum(b['target_out'].size for b in host)
+    flops = 3 * sum(
+        dense_flops(
+            config.model, b['source'].shape[0], b['source'].shape[1],
+            b['target_out'].shape[1], len(setup.task.target_vocab),
+        )
+        for b in host
+    )
+    return seconds, real, padded, flops
+
+  run(0)  # warm-up: the first execution of each shape
+  results = [run((r + 1) * num_steps) for r in range(repeats)]
+  seconds = [r[0] for r in results]
+  median = results[int(np.argsort(seconds)[len(seconds) // 2])]
+  rate = matmul_gflops()
+  gflops = median[3] / median[0] / 1e9
+  return {
+      'tokens_per_sec': median[1] / median[0],
+      'padded_tokens_per_sec': median[2] / median[0],
+      'step_ms': 1000 * median[0] / num_steps,
+      'compile_s': compile_s,
+      'compile_buckets': len(setup.boundaries),
+      'peak_rss_mb': peak_rss_mb(),
+      'dense_gflops_per_sec': gflops,
+      'matmul_gflops_per_sec': rate,
+      'fraction_of_matmul_rate': gflops / rate,
+      'tokens_per_sec_runs': [r[1] / r[0] for r in results],
+  }
+
+
+# ----------------------------------------------------------------- decode
+
+
+class DecodeBench:
+  """One config's decoders over the evaluation split; `time(mode)` runs it once."""
+
+  def __init__(self, config, workdir: Optional[str],
+               num_sentences: Optional[int]):
+    config = validation.resolve(config)
+    if workdir:
+      task, model, mesh, params, _ = workdirs.restore_for_inference(
+          config, workdir
+      )
+      self.weights = f'best checkpoint of {workdir}'
+    else:
+      config.decode.max_length_ratio, config.decode.max_length_offset = 1.0, 0
+      task = data.load_task(config.data, config.seed)
+      model = steps.create_model(config, task)
+      mesh = parallel.make_mesh()
+      sample = batching.dummy_batch(1, 1)
+      params = model.init(
+          jax.random.key(config.seed), sample['source'], sample['target_in']
+      )['params']
+      bias = params['decoder']['output']['bias']
+      params['decoder']['output']['bias'] = bias.at[EOS].set(-1e4)
+      self.weights = 'random; EOS suppressed until the reference length'
+    self.config, self.task, self.model = config, task, model
+    self.mesh, self.params = mesh, params
+    self.evaluator = evaluation.Evaluator(config, model, task, mesh)
+    self.limit = num_sentences
+    self._forced = None  # (jitted executables, batches, sentences, compile s)
+
+  def beam_size(self, mode):
+    return {'greedy': 1, 'beam': self.config.decode.beam_size}.get(mode)
+
+  def time(self, mode: str) -> Dict[str, float]:
+    """One pass over the split -> ms_per_sentence, sentences_per_sec, avg_window, compile_s."""
+    if mode == 'forced':
+      return self._time_forced()
+    _, info = self.evaluator.translate(
+        self.params, self.task.eval, self.beam_size(mode), self.limit
+    )
+    count = min(self.limit or len(self.task.eval), len(self.task.eval))
+    seconds = info['decode_ms_per_sentence'] * count / 1000
+    return {
+        'ms_per_sentence': info['decode_ms_per_sentence'],
+        'sentences_per_sec': count / seconds,
+        'avg_window': info['avg_window'],
+        'avg_window_fraction': info['avg_window_fraction'],
+        'compile_s': info['decode_compile_seconds'],
+    }
+
+  def _time_forced(self):
+    if self._forced is None:
+      size = self.evaluator.decode_batch_size(1)
+      split, boundaries = self.task.eval, self.evaluator.boundaries
+      eval_batches = list(
+          batching.eval_batches(split, size, boundaries, self.limit)
+      )
+      device = [parallel.shard_batch(b, self.mesh) for _, b in eval_batches]
+      sentences = sum(int(np.sum(rows >= 0)) for rows, _ in eval_batches)
+      forced = jax.jit(functools.partial(decode.forced_decode, self.model))
+      calls = [(self.params, b['source'], b['target_in']) for b in device]
+      executables, compile_s = timing.compile_by_shape(forced, calls, warm=False)
+      self._forced = (executables, calls, sentences, compile_s)
+    executables, calls, sentences, compile_s = self._forced
+    outs, seconds = timing.timed(
+        lambda: jax.device_get(
+            [executables[timing.shape_key(args)](*args) for args in calls]
+        )
+    )
+    window = sum(float(o.window_sum.sum()) for o in outs)
+    count = sum(float(o.window_count.sum()) for o in outs)
+    return {
+        'ms_per_sentence': 1000 * seconds / sentences,
+        'sentences_per_sec': sentences / seconds,
+        'avg_window': window / max(count, 1.0),
+        'compile_s': compile_s,
+    }
+
+
+def bench_decode(config, compare, workdir, modes, repeats,
+                 num_sentences) -> Dict[str, Any]:
+  """Decoding speed of `config` (and of `compare`, alternating repetitions)."""
+  benches = {'this': DecodeBench(config, workdir, num_sentences)}
+  if compare is not None:
+    benches['other'] = DecodeBench(compare, None, num_sentences)
+  runs = {name: {mode: [] for mode in modes} for name in benches}
+  compile_s = {}
+  for name, bench in benches.items():  # warm-up: compile every shape, run once
+    for mode in modes:
+      compile_s[name, mode] = bench.time(mode)['compile_s']
+  for _ in range(repeats):  # alternate configs: both see the same machine state
+    for mode in modes:
+      for name, bench in benches.items():
+        runs[name][mode].append(bench.time(mode))
+  result = {}
+  for name, bench in benches.items():
+    result[name] = {'weights': bench.weights}
+    for mode in modes:
+      label = f'beam{bench.beam_size(mode)}' if mode == 'beam' else mode
+      ms = [r['ms_per_sentence'] for r in runs[name][mode]]
+      median = runs[name][mode][ms.index(statistics.median_low(ms))]
+      result[name][label] = dict(
+          median, ms_per_sentence_runs=ms, compile_s=compile_s[name, mode]
+      )
+  if compare is not None:
+    result['speedup'] = {}
+    for label, this in result['this'].items():
+      other = result['other'].get(label)
+      if isinstance(this, dict) and isinstance(other, dict):
+        speedup = other['ms_per_sentence'] / this['ms_per_sentence']
+        result['speedup'][label] = speedup
+  result['peak_rss_mb'] = peak_rss_mb()
+  return result

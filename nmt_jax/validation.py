@@ -1,0 +1,138 @@
+"""Config checks: `resolve` once at every entry point, before anything is built.
+
+`resolve(config)` returns a resolved copy (derived fields filled, every value
+checked); `validate(config)` only checks. Neither touches devices or files:
+what depends on the devices is checked where the mesh is made
+(train.make_mesh).
+"""
+
+from nmt_jax import attention
+from nmt_jax import errors
+from nmt_jax.data import batching
+
+# Fields that must be > 0, and fields that must be >= 0 (besides the attention
+# kinds' own fields, which nmt_jax/attention/ checks).
+POSITIVE = (
+    'model.embed_size', 'model.hidden_size', 'model.num_encoder_layers',
+    'model.num_decoder_layers', 'train.num_steps', 'train.batch_size',
+    'train.learning_rate', 'train.log_every', 'train.eval_every',
+    'train.checkpoint_every', 'train.keep_checkpoints', 'train.eval_beam_size',
+    'train.eval_num_sentences', 'decode.beam_size', 'decode.max_length_ratio',
+    'decode.max_length_offset', 'decode.batch_size', 'decode.timing_repeats',
+    'data.max_length', 'data.min_length', 'data.num_symbols', 'data.num_train',
+    'data.num_eval', 'data.num_buckets', 'data.chunk_size',
+    'data.vocab.min_count',
+)
+NON_NEGATIVE = (
+    'train.clip_norm', 'train.label_smoothing', 'train.beta',
+    'train.warmup_steps', 'decode.length_penalty', 'model.output_hidden_size',
+    'model.dropout', 'data.batch_tokens', 'data.vocab.target_size',
+)
+CHOICES = {
+    'model.query': ('current', 'previous'),
+    'model.bridge': ('dense', 'copy', 'zero'),
+    'model.bidirectional': ('bottom', 'all', 'none'),
+    'train.schedule': ('constant', 'halve', 'warmup_rsqrt'),
+    'parallel.mode': ('jit', 'pmap'),
+    'data.vocab.kind': ('sentencepiece', 'word', 'char'),
+    'data.vocab.model_type': ('bpe', 'unigram'),
+}
+
+
+def resolve(config):
+  """A checked copy of `config` with its derived fields filled.
+
+  model.attention.max_source_length (None) becomes data.max_length + 1.
+  Raises ConfigError on the first value that cannot work.
+  """
+  config = config.copy_and_resolve_references()
+  if config.model.attention.max_source_length is None:
+    config.model.attention.max_source_length = config.data.max_length + 1
+  validate(config)
+  return config
+
+
+def validate(config):
+  """Raises ConfigError on the first value of a resolved config that cannot work."""
+  for field in POSITIVE:
+    errors.positive(field, _get(config, field))
+  for field in NON_NEGATIVE:
+    errors.non_negative(field, _get(config, field))
+  for field, choices in CHOICES.items():
+    errors.one_of(*choices)(field, _get(config, field))
+  vocab = config.data.vocab
+  if vocab.kind == 'sentencepiece':
+    errors.positive('data.vocab.size', vocab.size)
+  else:
+    errors.non_negative('data.vocab.size', vocab.size)
+  _check_model(config.model)
+  _check_data(config.data, config.train.batch_size)
+  attention.validate(config)
+  kind = attention.get(config.model.attention.kind)
+  if config.train.beta and not kind.HAS_STRENGTH:
+    raise errors.config_error(
+        'train.beta',
+        config.train.beta,
+        "rewards flexible attention's g(t), but kind is "
+        f'{config.model.attention.kind!r}',
+        'set --config.train.beta=0',
+    )
+  if config.train.label_smoothing >= 1:
+    raise errors.config_error(
+        'train.label_smoothing',
+        config.train.label_smoothing,
+        'must be below 1',
+        'use e.g. 0.1',
+    )
+
+
+def _check_model(model):
+  if model.dropout >= 1:
+    raise errors.config_error(
+        'model.dropout', model.dropout, 'must be below 1', 'use e.g. 0.2'
+    )
+  if model.bidirectional != 'none' and model.hidden_size % 2:
+    raise errors.config_error(
+        'model.hidden_size',
+        model.hidden_size,
+        'must be even with a bidirectional encoder (hidden_size // 2 units '
+        'per direction)',
+        'use an even size',
+    )
+  if model.bridge == 'copy' and (
+      model.num_encoder_layers != model.num_decoder_layers
+  ):
+    raise errors.config_error(
+        'model.bridge',
+        model.bridge,
+        'needs as many encoder as decoder layers',
+        'use --config.model.bridge=dense',
+    )
+
+
+def _check_data(data, batch_size):
+  if data.batch_tokens:
+    # Fits one sentence of the longest bucket (train.build checks it per device).
+    longest = data.max_length + 1
+    boundaries = batching.bucket_boundaries(longest, data.num_buckets)
+    batching.batch_sizes(boundaries, batch_size, data.batch_tokens)
+  if data.min_length > data.max_length:
+    raise errors.config_error(
+        'data.min_length',
+        data.min_length,
+        f'exceeds data.max_length={data.max_length}',
+        'lower it',
+    )
+  if data.name == 'chunk_reverse' and data.num_symbols < 2:
+    raise errors.config_error(
+        'data.num_symbols',
+        data.num_symbols,
+        'must be >= 2 for chunk_reverse',
+        'use e.g. 20',
+    )
+
+
+def _get(config, field):
+  for part in field.split('.'):
+    config = config[part]
+  return config
