@@ -14,5 +14,5 @@ from nmt_jax import default_config
 def get_config(arg=None):
   config = default_config.sibling_config(__file__, 'flexible', arg)
   config.train.beta = 0.1
-  config.train.init_from = ''   # required: the trained flexible workdir
+  config.train.init_from = ''  # required: the trained flexible workdir
   return config

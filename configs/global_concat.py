@@ -1,7 +1,7 @@
 """Global attention, concat score v_a^T tanh(W_a [h_t; hbar_s]) (Bahdanau additive).
 
-  python -m nmt_jax.main --config=configs/global_concat.py --workdir=runs/global_concat
-  python -m nmt_jax.main --config=configs/global_concat.py:copy200 --workdir=runs/global_concat_copy200
+python -m nmt_jax.main --config=configs/global_concat.py --workdir=runs/global_concat
+python -m nmt_jax.main --config=configs/global_concat.py:copy200 --workdir=runs/global_concat_copy200
 """
 
 from nmt_jax import default_config

@@ -1,7 +1,7 @@
 """Luong global attention, dot score h_t^T hbar_s.
 
-  python -m nmt_jax.main --config=configs/global_dot.py --workdir=runs/global_dot
-  python -m nmt_jax.main --config=configs/global_dot.py:copy200 --workdir=runs/global_dot_copy200
+python -m nmt_jax.main --config=configs/global_dot.py --workdir=runs/global_dot
+python -m nmt_jax.main --config=configs/global_dot.py:copy200 --workdir=runs/global_dot_copy200
 """
 
 from nmt_jax import default_config

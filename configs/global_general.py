@@ -1,7 +1,7 @@
 """Luong global attention, general score h_t^T W_a hbar_s.
 
-  python -m nmt_jax.main --config=configs/global_general.py --workdir=runs/global_general
-  python -m nmt_jax.main --config=configs/global_general.py:copy200 --workdir=runs/global_general_copy200
+python -m nmt_jax.main --config=configs/global_general.py --workdir=runs/global_general
+python -m nmt_jax.main --config=configs/global_general.py:copy200 --workdir=runs/global_general_copy200
 """
 
 from nmt_jax import default_config

@@ -1,7 +1,7 @@
 """Luong location-based attention: a_t = softmax(W_a h_t) over source positions.
 
-  python -m nmt_jax.main --config=configs/global_location.py --workdir=runs/global_location
-  python -m nmt_jax.main --config=configs/global_location.py:copy200 --workdir=runs/global_location_copy200
+python -m nmt_jax.main --config=configs/global_location.py --workdir=runs/global_location
+python -m nmt_jax.main --config=configs/global_location.py:copy200 --workdir=runs/global_location_copy200
 """
 
 from nmt_jax import default_config

@@ -1,7 +1,7 @@
 """Britz, Guan & Luong 2017 memory attention, K = 64, with position encodings.
 
 Position encodings as in the paper: masked past each sentence and
-renormalised over time ('renorm'); see nmt_jax/default_config.py for the variants.
+renormalised over time ('renorm'); see nmt_jax/attention/memory.py for the variants.
 At CPU scale this literal reading shrinks the encoder logits ~|S|-fold and costs BLEU
 on the copy task (L = 50, 2k steps: 57 vs 98 without PE); 'renorm_mean1' and
 'unnormalized' are neutral, as the paper reports PE to be. See docs/results.md (a).

@@ -23,6 +23,7 @@ from absl import flags
 import jax
 from ml_collections import config_flags
 
+from nmt_jax import attention
 from nmt_jax import errors
 from nmt_jax import writers
 from nmt_jax.tools import bench
@@ -34,9 +35,12 @@ _CONFIG = config_flags.DEFINE_config_file(
 _COMPARE = config_flags.DEFINE_config_file(
     'compare', None, 'Config to compare against.', lock_config=True
 )
-_JSON = flags.DEFINE_string('json', None, 'Write the results to this JSON file.')
+_JSON = flags.DEFINE_string(
+    'json', None, 'Write the results to this JSON file.'
+)
 _THREADS = flags.DEFINE_integer(
-    'threads', None,
+    'threads',
+    None,
     'CPU threads (pins the process to that many cores); default: all.',
 )
 _REPEATS = flags.DEFINE_integer(
@@ -53,11 +57,15 @@ _NUM_SENTENCES = flags.DEFINE_integer(
     'num_sentences', None, 'decode: sentences (default: all).'
 )
 _SYNTHETIC = flags.DEFINE_integer(
-    'synthetic', 0, 'data: write and use a synthetic corpus of this many '
+    'synthetic',
+    0,
+    'data: write and use a synthetic corpus of this many '
     "pairs (0: the config's corpus).",
 )
 _DATA_WORKDIR = flags.DEFINE_string(
-    'data_workdir', None, "data: workdir holding the corpus's vocabularies "
+    'data_workdir',
+    None,
+    "data: workdir holding the corpus's vocabularies "
     '(real corpora; default: a temporary one).',
 )
 _TRAIN_STEPS = flags.DEFINE_integer(
@@ -66,10 +74,13 @@ _TRAIN_STEPS = flags.DEFINE_integer(
 
 
 def describe(config) -> Dict[str, Any]:
+  """The config's headline fields: the kind with the fields it reads, sizes."""
   m = config.model
+  kind = attention.get(m.attention.kind)
   return {
-      'attention': m.attention.kind, 'score': m.attention.score,
-      'num_memory': m.attention.num_memory, 'hidden_size': m.hidden_size,
+      'attention': m.attention.kind,
+      **{field: m.attention[field] for field in kind.FIELDS},
+      'hidden_size': m.hidden_size,
       'embed_size': m.embed_size,
       'layers': [m.num_encoder_layers, m.num_decoder_layers],
       'max_length': config.data.max_length,
@@ -112,19 +123,30 @@ def run(command: str) -> Dict[str, Any]:
       result['other'] = bench.bench_train(compare, _STEPS.value, _REPEATS.value)
       result['compare_config'] = describe(compare)
       result['speedup'] = {
-          'tokens_per_sec': result['this']['tokens_per_sec']
-          / result['other']['tokens_per_sec']
+          'tokens_per_sec': (
+              result['this']['tokens_per_sec']
+              / result['other']['tokens_per_sec']
+          )
       }
   elif command == 'data':
     result['this'] = bench_data.bench_data(
-        config, _SYNTHETIC.value, _DATA_WORKDIR.value, _STEPS.value,
+        config,
+        _SYNTHETIC.value,
+        _DATA_WORKDIR.value,
+        _STEPS.value,
         _TRAIN_STEPS.value,
     )
   else:
-    result.update(bench.bench_decode(
-        config, compare, _WORKDIR.value, _MODES.value, _REPEATS.value,
-        _NUM_SENTENCES.value,
-    ))
+    result.update(
+        bench.bench_decode(
+            config,
+            compare,
+            _WORKDIR.value,
+            _MODES.value,
+            _REPEATS.value,
+            _NUM_SENTENCES.value,
+        )
+    )
     if compare is not None:
       result['compare_config'] = describe(compare)
   return result

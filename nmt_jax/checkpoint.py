@@ -44,7 +44,9 @@ def _path_name(path) -> str:
 
 def _leaf_shapes(tree) -> Dict[str, Tuple[int, ...]]:
   flat = jax.tree_util.tree_flatten_with_path(tree)[0]
-  return {_path_name(path): tuple(getattr(leaf, 'shape', ())) for path, leaf in flat}
+  return {
+      _path_name(path): tuple(getattr(leaf, 'shape', ())) for path, leaf in flat
+  }
 
 
 class Checkpoints:
@@ -53,18 +55,32 @@ class Checkpoints:
   def __init__(self, workdir: str, keep: int = 2, create: bool = True):
     self.directory = os.path.join(os.path.abspath(workdir), 'checkpoints')
     options = ocp.CheckpointManagerOptions(
-        create=create, enable_async_checkpointing=True,
+        create=create,
+        enable_async_checkpointing=True,
         # Keep the newest `keep` (resume never goes back in time) and the best by BLEU.
-        preservation_policy=policies.AnyPreservationPolicy([
-            policies.LatestN(keep),
-            policies.BestN(get_metric_fn=lambda m: m['bleu'], reverse=False, n=1,
-                           keep_checkpoints_without_metrics=False)]),
-        best_fn=lambda m: m['bleu'], best_mode='max')
+        preservation_policy=policies.AnyPreservationPolicy(
+            [
+                policies.LatestN(keep),
+                policies.BestN(
+                    get_metric_fn=lambda m: m['bleu'],
+                    reverse=False,
+                    n=1,
+                    keep_checkpoints_without_metrics=False,
+                ),
+            ]
+        ),
+        best_fn=lambda m: m['bleu'],
+        best_mode='max',
+    )
     self.manager = ocp.CheckpointManager(
-        self.directory, options=options,
-        item_handlers={'state': ocp.StandardCheckpointHandler(),
-                       'meta': ocp.JsonCheckpointHandler(),
-                       'data': grain.checkpoint.CheckpointHandler()})
+        self.directory,
+        options=options,
+        item_handlers={
+            'state': ocp.StandardCheckpointHandler(),
+            'meta': ocp.JsonCheckpointHandler(),
+            'data': grain.checkpoint.CheckpointHandler(),
+        },
+    )
 
   def latest_step(self) -> Optional[int]:
     return self.manager.latest_step()
@@ -74,14 +90,26 @@ class Checkpoints:
     best = self.manager.best_step()
     return best if best is not None else self.latest_step()
 
-  def save(self, step: int, state, meta: Dict[str, Any], bleu: Optional[float] = None,
-           data_iterator=None):
+  def save(
+      self,
+      step: int,
+      state,
+      meta: Dict[str, Any],
+      bleu: Optional[float] = None,
+      data_iterator=None,
+  ):
     """Starts an asynchronous save; `bleu` ranks it for the best checkpoint."""
-    items = dict(state=ocp.args.StandardSave(state), meta=ocp.args.JsonSave(meta))
+    items = dict(
+        state=ocp.args.StandardSave(state), meta=ocp.args.JsonSave(meta)
+    )
     if data_iterator is not None:
       items['data'] = grain.checkpoint.CheckpointSave(data_iterator)
-    self.manager.save(step, args=ocp.args.Composite(**items),
-                      metrics=None if bleu is None else {'bleu': float(bleu)}, force=True)
+    self.manager.save(
+        step,
+        args=ocp.args.Composite(**items),
+        metrics=None if bleu is None else {'bleu': float(bleu)},
+        force=True,
+    )
 
   def has_data_state(self, step: int) -> bool:
     """Whether `step` holds this process's data-iterator state (same process count)."""
@@ -89,10 +117,17 @@ class Checkpoints:
     return os.path.isfile(os.path.join(self.directory, str(step), 'data', name))
 
   def meta(self, step: int) -> Dict[str, Any]:
-    return self.manager.restore(step, args=ocp.args.Composite(meta=ocp.args.JsonRestore())).meta
+    return self.manager.restore(
+        step, args=ocp.args.Composite(meta=ocp.args.JsonRestore())
+    ).meta
 
-  def check_compatible(self, step: int, abstract_state, what: str = 'this config',
-                       subtree: Optional[str] = None):
+  def check_compatible(
+      self,
+      step: int,
+      abstract_state,
+      what: str = 'this config',
+      subtree: Optional[str] = None,
+  ):
     """Raises CheckpointError naming the first array whose shape differs."""
     stored = self.manager.item_metadata(step)['state']
     stored = _leaf_shapes(stored[subtree] if subtree else stored)
@@ -102,22 +137,30 @@ class Checkpoints:
         raise CheckpointError(
             f'checkpoint {self.directory}/{step} does not match {what}: {name} has shape '
             f'{stored.get(name, "(absent)")} there but {wanted.get(name, "(absent)")} here; '
-            'use the config the workdir was trained with (its config.json) or a new --workdir')
+            'use the config the workdir was trained with (its config.json) or a new --workdir'
+        )
 
-  def restore(self, step: int, abstract_state, data_iterator=None) -> Tuple[Any, Dict[str, Any]]:
+  def restore(
+      self, step: int, abstract_state, data_iterator=None
+  ) -> Tuple[Any, Dict[str, Any]]:
     """Restores (state, meta) of `step` onto the shapes/shardings of abstract_state.
 
     `data_iterator` (a Grain iterator) is moved to the saved position when the
     checkpoint has one for this process; the caller checks it against the step.
     """
     self.check_compatible(step, abstract_state)
-    items = dict(state=ocp.args.StandardRestore(abstract_state), meta=ocp.args.JsonRestore())
+    items = dict(
+        state=ocp.args.StandardRestore(abstract_state),
+        meta=ocp.args.JsonRestore(),
+    )
     if data_iterator is not None and self.has_data_state(step):
       items['data'] = grain.checkpoint.CheckpointRestore(data_iterator)
     restored = self.manager.restore(step, args=ocp.args.Composite(**items))
     return restored.state, restored.meta
 
-  def restore_params(self, step: int, abstract_params, sharding, what: str = 'this config'):
+  def restore_params(
+      self, step: int, abstract_params, sharding, what: str = 'this config'
+  ):
     """The params of `step`, checked against abstract_params, placed with `sharding`.
 
     The target is built from the stored shapes, so a checkpoint written on any
@@ -126,9 +169,12 @@ class Checkpoints:
     self.check_compatible(step, abstract_params, what, subtree='params')
     stored = self.manager.item_metadata(step)['state']
     target = jax.tree_util.tree_map(
-        lambda m: jax.ShapeDtypeStruct(m.shape, m.dtype, sharding=sharding), stored)
-    restored = self.manager.restore(step, args=ocp.args.Composite(
-        state=ocp.args.StandardRestore(target)))
+        lambda m: jax.ShapeDtypeStruct(m.shape, m.dtype, sharding=sharding),
+        stored,
+    )
+    restored = self.manager.restore(
+        step, args=ocp.args.Composite(state=ocp.args.StandardRestore(target))
+    )
     return restored.state['params']
 
   def close(self):
@@ -144,7 +190,9 @@ def abstract(tree):
 
 def has_checkpoints(workdir: str) -> bool:
   directory = os.path.join(os.path.abspath(workdir), 'checkpoints')
-  return os.path.isdir(directory) and any(name.isdigit() for name in os.listdir(directory))
+  return os.path.isdir(directory) and any(
+      name.isdigit() for name in os.listdir(directory)
+  )
 
 
 def as_numpy(tree):

@@ -18,22 +18,25 @@ import jax.numpy as jnp
 import numpy as np
 
 from nmt_jax import models
-from nmt_jax import parallel
-from nmt_jax import timing
-from nmt_jax.data import batching
-from nmt_jax.vocab import BOS, EOS, PAD
+from nmt_jax.vocab import BOS
+from nmt_jax.vocab import EOS
+from nmt_jax.vocab import PAD
 
 NEG_INF = -jnp.inf
 
 
 class DecodeOutput(NamedTuple):
-  tokens: jax.Array          # [B, T] best hypothesis, EOS-terminated, PAD after
-  scores: jax.Array          # [B] its score (log-probability, length-normalised for beams)
-  window_sum: jax.Array      # [B] sum of attention window sizes over steps (and live beams)
-  window_count: jax.Array    # [B] number of (step, hypothesis) pairs summed
-  diagnostics: Optional[Dict[str, jax.Array]] = None   # per step [B, T, ...] of the best hypothesis
-  nbest_tokens: Optional[jax.Array] = None             # [B, K, T] beam search only
-  nbest_scores: Optional[jax.Array] = None             # [B, K]
+  tokens: jax.Array  # [B, T] best hypothesis, EOS-terminated, PAD after
+  # [B] its score (log-probability, length-normalised for beams)
+  scores: jax.Array
+  # [B] sum of attention window sizes over steps (and live beams)
+  window_sum: jax.Array
+  window_count: jax.Array  # [B] number of (step, hypothesis) pairs summed
+  diagnostics: Optional[Dict[str, jax.Array]] = (
+      None  # per step [B, T, ...] of the best hypothesis
+  )
+  nbest_tokens: Optional[jax.Array] = None  # [B, K, T] beam search only
+  nbest_scores: Optional[jax.Array] = None  # [B, K]
 
 
 def max_steps(source_length: int, ratio: float, offset: int) -> int:
@@ -72,11 +75,20 @@ def _apply(model, params, *args, method):
 def _history(diagnostics, length):
   """Zero buffers [N, length, ...] for per-step diagnostics [N, ...]."""
   return jax.tree_util.tree_map(
-      lambda x: jnp.zeros((x.shape[0], length) + x.shape[1:], x.dtype), diagnostics)
+      lambda x: jnp.zeros((x.shape[0], length) + x.shape[1:], x.dtype),
+      diagnostics,
+  )
 
 
-def greedy_search(model: models.Seq2Seq, params, source, *, ratio: float, offset: int,
-                  with_diagnostics: bool = False) -> DecodeOutput:
+def greedy_search(
+    model: models.Seq2Seq,
+    params,
+    source,
+    *,
+    ratio: float,
+    offset: int,
+    with_diagnostics: bool = False
+) -> DecodeOutput:
   """Argmax decoding of source [B, S] -> DecodeOutput."""
   batch = source.shape[0]
   steps = max_steps(source.shape[1], ratio, offset)
@@ -84,19 +96,30 @@ def greedy_search(model: models.Seq2Seq, params, source, *, ratio: float, offset
   cache, state = _apply(model, params, source, method=models.Seq2Seq.encode)
 
   def step_fn(state, tokens):
-    return _apply(model, params, state, cache, tokens, with_diagnostics,
-                  method=models.Seq2Seq.decode_step)
+    return _apply(
+        model,
+        params,
+        state,
+        cache,
+        tokens,
+        with_diagnostics,
+        method=models.Seq2Seq.decode_step,
+    )
 
   history = None
   if with_diagnostics:
-    history = _history(jax.eval_shape(step_fn, state, jnp.zeros((batch,), jnp.int32))[2], steps)
+    history = _history(
+        jax.eval_shape(step_fn, state, jnp.zeros((batch,), jnp.int32))[2], steps
+    )
 
   def cond(carry):
     i, done = carry[0], carry[3]
     return (i < steps) & ~jnp.all(done)
 
   def body(carry):
-    i, state, tokens, done, out, score, window_sum, window_count, history = carry
+    i, state, tokens, done, out, score, window_sum, window_count, history = (
+        carry
+    )
     state, logits, diagnostics = step_fn(state, tokens)
     log_probs = restrict(jax.nn.log_softmax(logits), i, limits)
     best = jnp.argmax(log_probs, axis=-1).astype(jnp.int32)
@@ -107,33 +130,64 @@ def greedy_search(model: models.Seq2Seq, params, source, *, ratio: float, offset
     tokens = jnp.where(live, best, PAD)
     out = out.at[:, i].set(tokens)
     if history is not None:
-      history = jax.tree_util.tree_map(lambda h, d: h.at[:, i].set(d), history, diagnostics)
-    return (i + 1, state, tokens, done | (tokens == EOS), out, score, window_sum, window_count,
-            history)
+      history = jax.tree_util.tree_map(
+          lambda h, d: h.at[:, i].set(d), history, diagnostics
+      )
+    return (
+        i + 1,
+        state,
+        tokens,
+        done | (tokens == EOS),
+        out,
+        score,
+        window_sum,
+        window_count,
+        history,
+    )
 
   zeros = jnp.zeros((batch,), jnp.float32)
-  init = (jnp.int32(0), state, jnp.full((batch,), BOS, jnp.int32), jnp.zeros((batch,), bool),
-          jnp.full((batch, steps), PAD, jnp.int32), zeros, zeros, zeros, history)
-  _, _, _, _, out, score, window_sum, window_count, history = jax.lax.while_loop(cond, body, init)
+  init = (
+      jnp.int32(0),
+      state,
+      jnp.full((batch,), BOS, jnp.int32),
+      jnp.zeros((batch,), bool),
+      jnp.full((batch, steps), PAD, jnp.int32),
+      zeros,
+      zeros,
+      zeros,
+      history,
+  )
+  _, _, _, _, out, score, window_sum, window_count, history = (
+      jax.lax.while_loop(cond, body, init)
+  )
   return DecodeOutput(out, score, window_sum, window_count, history)
 
 
 class BeamState(NamedTuple):
-  i: jax.Array              # scalar step
-  tokens: jax.Array         # [B, K] last token of each live hypothesis
-  live_seqs: jax.Array      # [B, K, T]
-  live_logp: jax.Array      # [B, K] log-probability (-inf: no hypothesis)
-  fin_seqs: jax.Array       # [B, K, T]
-  fin_scores: jax.Array     # [B, K] length-normalised (-inf: empty slot)
-  decoder: Any              # DecoderState, leaves [B * K, ...]
-  window_sum: jax.Array     # [B]
-  window_count: jax.Array   # [B]
-  live_history: Any         # diagnostics [B, K, T, ...] or None
+  i: jax.Array  # scalar step
+  tokens: jax.Array  # [B, K] last token of each live hypothesis
+  live_seqs: jax.Array  # [B, K, T]
+  live_logp: jax.Array  # [B, K] log-probability (-inf: no hypothesis)
+  fin_seqs: jax.Array  # [B, K, T]
+  fin_scores: jax.Array  # [B, K] length-normalised (-inf: empty slot)
+  decoder: Any  # DecoderState, leaves [B * K, ...]
+  window_sum: jax.Array  # [B]
+  window_count: jax.Array  # [B]
+  live_history: Any  # diagnostics [B, K, T, ...] or None
   fin_history: Any
 
 
-def beam_search(model: models.Seq2Seq, params, source, *, beam_size: int, alpha: float,
-                ratio: float, offset: int, with_diagnostics: bool = False) -> DecodeOutput:
+def beam_search(
+    model: models.Seq2Seq,
+    params,
+    source,
+    *,
+    beam_size: int,
+    alpha: float,
+    ratio: float,
+    offset: int,
+    with_diagnostics: bool = False
+) -> DecodeOutput:
   """Batched beam search of source [B, S] -> DecodeOutput with the n-best lists.
 
   Each step extends the K live hypotheses of a sentence and keeps the best 2K
@@ -149,25 +203,37 @@ def beam_search(model: models.Seq2Seq, params, source, *, beam_size: int, alpha:
   steps = max_steps(source.shape[1], ratio, offset)
   limits = length_limits(source, ratio, offset)
   cache, decoder = _apply(model, params, source, method=models.Seq2Seq.encode)
-  repeat = lambda x: jnp.repeat(x, k, axis=0)                              # [B, ...] -> [B*K, ...]
+  repeat = lambda x: jnp.repeat(x, k, axis=0)  # [B, ...] -> [B*K, ...]
   cache, decoder = jax.tree_util.tree_map(repeat, (cache, decoder))
   flat_limits = repeat(limits)
-  batch_offset = (jnp.arange(batch) * k)[:, None]                          # [B, 1]
+  batch_offset = (jnp.arange(batch) * k)[:, None]  # [B, 1]
 
   def step_fn(decoder, tokens):
-    return _apply(model, params, decoder, cache, tokens, with_diagnostics,
-                  method=models.Seq2Seq.decode_step)
+    return _apply(
+        model,
+        params,
+        decoder,
+        cache,
+        tokens,
+        with_diagnostics,
+        method=models.Seq2Seq.decode_step,
+    )
 
   live_history = fin_history = None
   if with_diagnostics:
-    shapes = jax.eval_shape(step_fn, decoder, jnp.zeros((batch * k,), jnp.int32))[2]
+    shapes = jax.eval_shape(
+        step_fn, decoder, jnp.zeros((batch * k,), jnp.int32)
+    )[2]
     live_history = jax.tree_util.tree_map(
-        lambda h: h.reshape((batch, k) + h.shape[1:]), _history(shapes, steps))
+        lambda h: h.reshape((batch, k) + h.shape[1:]), _history(shapes, steps)
+    )
     fin_history = live_history
 
   def gather(x, index):
     """x [B, N, ...], index [B, M] -> [B, M, ...]."""
-    return jnp.take_along_axis(x, index.reshape(index.shape + (1,) * (x.ndim - 2)), axis=1)
+    return jnp.take_along_axis(
+        x, index.reshape(index.shape + (1,) * (x.ndim - 2)), axis=1
+    )
 
   def rows_done(s: BeamState):
     """[B] True where no live hypothesis can still beat the worst finished one."""
@@ -180,148 +246,161 @@ def beam_search(model: models.Seq2Seq, params, source, *, beam_size: int, alpha:
   def body(s: BeamState):
     decoder, logits, diagnostics = step_fn(s.decoder, s.tokens.reshape(-1))
     vocab = logits.shape[-1]
-    log_probs = restrict(jax.nn.log_softmax(logits), s.i, flat_limits)   # [B*K, V]
+    # [B*K, V]
+    log_probs = restrict(jax.nn.log_softmax(logits), s.i, flat_limits)
     candidates = s.live_logp[..., None] + log_probs.reshape(batch, k, vocab)
-    top_logp, top_index = jax.lax.top_k(candidates.reshape(batch, k * vocab), 2 * k)  # [B, 2K]
-    top_beam, top_token = top_index // vocab, (top_index % vocab).astype(jnp.int32)
-    top_seqs = gather(s.live_seqs, top_beam).at[:, :, s.i].set(top_token)  # [B, 2K, T]
+    # [B, 2K]
+    top_logp, top_index = jax.lax.top_k(
+        candidates.reshape(batch, k * vocab), 2 * k
+    )
+    top_beam, top_token = top_index // vocab, (top_index % vocab).astype(
+        jnp.int32
+    )
+    # [B, 2K, T]
+    top_seqs = gather(s.live_seqs, top_beam).at[:, :, s.i].set(top_token)
     is_eos = top_token == EOS
 
     # Live: the K best candidates that did not end.
-    live_logp, live_pos = jax.lax.top_k(jnp.where(is_eos, NEG_INF, top_logp), k)  # [B, K]
+    # [B, K]
+    live_logp, live_pos = jax.lax.top_k(jnp.where(is_eos, NEG_INF, top_logp), k)
     live_beam = gather(top_beam, live_pos)
     live_seqs = gather(top_seqs, live_pos)
     tokens = gather(top_token, live_pos)
 
     # Finished: EOS candidates ranked in the top K join the finished list.
-    new_scores = jnp.where(is_eos & (jnp.arange(2 * k) < k),
-                           top_logp / length_penalty(s.i + 1, alpha), NEG_INF)
-    fin_scores, fin_pos = jax.lax.top_k(jnp.concatenate([s.fin_scores, new_scores], 1), k)
+    new_scores = jnp.where(
+        is_eos & (jnp.arange(2 * k) < k),
+        top_logp / length_penalty(s.i + 1, alpha),
+        NEG_INF,
+    )
+    fin_scores, fin_pos = jax.lax.top_k(
+        jnp.concatenate([s.fin_scores, new_scores], 1), k
+    )
     fin_seqs = gather(jnp.concatenate([s.fin_seqs, top_seqs], 1), fin_pos)
 
     # Statistics over the hypotheses that were live at this step.
     was_live = ((s.live_logp > NEG_INF) & ~rows_done(s)[:, None]).reshape(-1)
-    window = jnp.where(was_live, diagnostics['window'], 0.0).reshape(batch, k).sum(1)
+    window = (
+        jnp.where(was_live, diagnostics['window'], 0.0).reshape(batch, k).sum(1)
+    )
     count = was_live.reshape(batch, k).sum(1)
 
     live_history, fin_history = s.live_history, s.fin_history
     if live_history is not None:
       stepped = jax.tree_util.tree_map(
           lambda h, d: h.at[:, :, s.i].set(d.reshape((batch, k) + d.shape[1:])),
-          live_history, diagnostics)
-      top_history = jax.tree_util.tree_map(lambda h: gather(h, top_beam), stepped)
-      live_history = jax.tree_util.tree_map(lambda h: gather(h, live_pos), top_history)
+          live_history,
+          diagnostics,
+      )
+      top_history = jax.tree_util.tree_map(
+          lambda h: gather(h, top_beam), stepped
+      )
+      live_history = jax.tree_util.tree_map(
+          lambda h: gather(h, live_pos), top_history
+      )
       fin_history = jax.tree_util.tree_map(
-          lambda f, t: gather(jnp.concatenate([f, t], 1), fin_pos), fin_history, top_history)
+          lambda f, t: gather(jnp.concatenate([f, t], 1), fin_pos),
+          fin_history,
+          top_history,
+      )
 
-    flat_beam = (live_beam + batch_offset).reshape(-1)                     # [B*K]
+    flat_beam = (live_beam + batch_offset).reshape(-1)  # [B*K]
     decoder = jax.tree_util.tree_map(lambda x: x[flat_beam], decoder)
-    return BeamState(s.i + 1, tokens, live_seqs, live_logp, fin_seqs, fin_scores, decoder,
-                     s.window_sum + window, s.window_count + count, live_history, fin_history)
+    return BeamState(
+        s.i + 1,
+        tokens,
+        live_seqs,
+        live_logp,
+        fin_seqs,
+        fin_scores,
+        decoder,
+        s.window_sum + window,
+        s.window_count + count,
+        live_history,
+        fin_history,
+    )
 
   seqs = jnp.full((batch, k, steps), PAD, jnp.int32)
   init = BeamState(
-      i=jnp.int32(0), tokens=jnp.full((batch, k), BOS, jnp.int32), live_seqs=seqs,
+      i=jnp.int32(0),
+      tokens=jnp.full((batch, k), BOS, jnp.int32),
+      live_seqs=seqs,
       live_logp=jnp.tile(jnp.array([0.0] + [NEG_INF] * (k - 1)), (batch, 1)),
-      fin_seqs=seqs, fin_scores=jnp.full((batch, k), NEG_INF), decoder=decoder,
-      window_sum=jnp.zeros((batch,)), window_count=jnp.zeros((batch,)),
-      live_history=live_history, fin_history=fin_history)
+      fin_seqs=seqs,
+      fin_scores=jnp.full((batch, k), NEG_INF),
+      decoder=decoder,
+      window_sum=jnp.zeros((batch,)),
+      window_count=jnp.zeros((batch,)),
+      live_history=live_history,
+      fin_history=fin_history,
+  )
   s = jax.lax.while_loop(cond, body, init)
 
   # A sentence with no finished hypothesis (only if the loop bound cut it) falls back to live ones.
-  has_finished = s.fin_scores[:, :1] > NEG_INF                             # [B, 1]
+  has_finished = s.fin_scores[:, :1] > NEG_INF  # [B, 1]
   nbest_tokens = jnp.where(has_finished[..., None], s.fin_seqs, s.live_seqs)
   nbest_scores = jnp.where(has_finished, s.fin_scores, s.live_logp)
   history = None
   if s.fin_history is not None:
     history = jax.tree_util.tree_map(
-        lambda f, l: jnp.where(has_finished.reshape((batch,) + (1,) * (f.ndim - 2)), f[:, 0], l[:, 0]),
-        s.fin_history, s.live_history)
-  return DecodeOutput(nbest_tokens[:, 0], nbest_scores[:, 0], s.window_sum, s.window_count,
-                      history, nbest_tokens, nbest_scores)
+        lambda fin, live: jnp.where(
+            has_finished.reshape((batch,) + (1,) * (fin.ndim - 2)),
+            fin[:, 0],
+            live[:, 0],
+        ),
+        s.fin_history,
+        s.live_history,
+    )
+  return DecodeOutput(
+      nbest_tokens[:, 0],
+      nbest_scores[:, 0],
+      s.window_sum,
+      s.window_count,
+      history,
+      nbest_tokens,
+      nbest_scores,
+  )
 
 
-def forced_decode(model: models.Seq2Seq, params, source, target_in) -> DecodeOutput:
+def forced_decode(
+    model: models.Seq2Seq, params, source, target_in
+) -> DecodeOutput:
   """Teacher-forced decoding (Shu & Nakayama 5.5): every kind runs the same steps.
 
   source [B, S], target_in [B, T] -> argmax tokens and window statistics.
   """
   logits, diagnostics = model.apply({'params': params}, source, target_in)
-  valid = (target_in != PAD)                                               # [B, T]
+  valid = target_in != PAD  # [B, T]
   window = jnp.where(valid, diagnostics['window'], 0.0)
-  return DecodeOutput(jnp.argmax(logits, -1).astype(jnp.int32),
-                      jnp.zeros(source.shape[:1]), window.sum(1), valid.sum(1).astype(jnp.float32))
+  return DecodeOutput(
+      jnp.argmax(logits, -1).astype(jnp.int32),
+      jnp.zeros(source.shape[:1]),
+      window.sum(1),
+      valid.sum(1).astype(jnp.float32),
+  )
 
 
-def make_decode_fn(model: models.Seq2Seq, decode_config, beam_size: Optional[int] = None,
-                   with_diagnostics: bool = False):
+def make_decode_fn(
+    model: models.Seq2Seq,
+    decode_config,
+    beam_size: Optional[int] = None,
+    with_diagnostics: bool = False,
+):
   """A jitted fn(params, source) -> DecodeOutput for `beam_size` (1 = greedy)."""
   beam_size = decode_config.beam_size if beam_size is None else beam_size
-  common = dict(ratio=decode_config.max_length_ratio, offset=decode_config.max_length_offset,
-                with_diagnostics=with_diagnostics)
+  common = dict(
+      ratio=decode_config.max_length_ratio,
+      offset=decode_config.max_length_offset,
+      with_diagnostics=with_diagnostics,
+  )
   if beam_size == 1:
     fn = functools.partial(greedy_search, model, **common)
   else:
-    fn = functools.partial(beam_search, model, beam_size=beam_size,
-                           alpha=decode_config.length_penalty, **common)
+    fn = functools.partial(
+        beam_search,
+        model,
+        beam_size=beam_size,
+        alpha=decode_config.length_penalty,
+        **common
+    )
   return jax.jit(fn)
-
-
-def decode_split(decode_fn, params, split, batch_size: int, boundaries, limit=None,
-                 mesh=None, timing_repeats: int = 1):
-  """Decodes the sources of a dataset.Split in fixed-shape, length-sorted batches.
-
-  `decode_fn` is a jitted fn(params, source); each batch shape is compiled
-  and run once ahead of time (timing.compile_by_shape), so `decode_seconds`
-  counts steady-state execution only (`compile_seconds` holds the compilation
-  and that first run). With a `mesh`,
-  batches are sharded along 'data' (each process feeds its rows) and every
-  process receives all hypotheses. With `timing_repeats` > 1 the whole split is
-  decoded that many times and `decode_seconds` is the fastest pass (the least
-  disturbed by other work on the machine); `decode_seconds_all` lists every pass.
-  Returns (hypotheses: id arrays in split order, without EOS; statistics:
-  window_sum, window_count, window_fraction_sum, decode_seconds, compile_seconds).
-  """
-  count = len(split) if limit is None else min(limit, len(split))
-  batches = list(batching.eval_batches(split, batch_size, boundaries, limit=count))
-  if mesh is None:
-    sources = [jnp.asarray(batch['source']) for _, batch in batches]
-  else:
-    sources = [parallel.shard_global_batch({'source': batch['source']}, mesh)['source']
-               for _, batch in batches]
-  executables, compile_seconds = timing.compile_by_shape(
-      decode_fn, [(params, source) for source in sources])
-
-  def run_pass():
-    outputs = [executables[timing.shape_key((params, source))](params, source)
-               for source in sources]
-    return parallel.to_host(outputs) if mesh is not None else jax.device_get(outputs)
-
-  passes = []
-  for _ in range(max(1, timing_repeats)):
-    outputs, seconds = timing.timed(run_pass)
-    passes.append(seconds)
-
-  hypotheses = [None] * count
-  stats = {'window_sum': 0.0, 'window_count': 0.0, 'window_fraction_sum': 0.0,
-           'decode_seconds': min(passes), 'decode_seconds_all': passes,
-           'compile_seconds': compile_seconds}
-  for (rows, batch), out in zip(batches, outputs):
-    lengths = np.sum(batch['source'] != PAD, axis=1)
-    for row, index in enumerate(rows):
-      if index < 0:
-        continue
-      tokens = out.tokens[row]
-      end = np.flatnonzero(tokens == EOS)
-      hypotheses[index] = tokens[:end[0]] if len(end) else tokens[tokens != PAD]
-      stats['window_sum'] += float(out.window_sum[row])
-      stats['window_count'] += float(out.window_count[row])
-      stats['window_fraction_sum'] += float(out.window_sum[row]) / lengths[row]
-  return hypotheses, stats
-
-
-def window_metrics(stats) -> Dict[str, float]:
-  """avg_window: mean positions scored per (step, hypothesis); and as a fraction of |S|."""
-  count = max(stats['window_count'], 1.0)
-  return {'avg_window': stats['window_sum'] / count,
-          'avg_window_fraction': stats['window_fraction_sum'] / count}

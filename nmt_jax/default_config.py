@@ -166,7 +166,9 @@ def sibling_config(config_file: str, name: str, arg=None):
 
   Config files build on each other (memory_k32.py is memory_k64.py with K = 32).
   """
-  path = os.path.join(os.path.dirname(os.path.abspath(config_file)), f'{name}.py')
+  path = os.path.join(
+      os.path.dirname(os.path.abspath(config_file)), f'{name}.py'
+  )
   spec = importlib.util.spec_from_file_location(f'nmt_jax_config_{name}', path)
   module = importlib.util.module_from_spec(spec)
   spec.loader.exec_module(module)

@@ -22,9 +22,15 @@ Carry = Tuple[jax.Array, jax.Array]  # (c, h), each [B, H]
 
 def forget_bias_init(hidden_size, forget_bias):
   """Bias init: zeros except `forget_bias` on the forget gate."""
+
   def init(key, shape, dtype=jnp.float32):
     del key
-    return jnp.zeros(shape, dtype).at[hidden_size:2 * hidden_size].set(forget_bias)
+    return (
+        jnp.zeros(shape, dtype)
+        .at[hidden_size : 2 * hidden_size]
+        .set(forget_bias)
+    )
+
   return init
 
 
@@ -77,20 +83,31 @@ def _recurrence_forward(x_gates, w_h, valid):
 
   batch, h_size = x_gates.shape[1], w_h.shape[0]
   zeros = jnp.zeros((batch, h_size), x_gates.dtype)
-  carry, (outputs, residuals) = jax.lax.scan(step, (zeros, zeros), (x_gates, valid))
+  carry, (outputs, residuals) = jax.lax.scan(
+      step, (zeros, zeros), (x_gates, valid)
+  )
   return (outputs, carry), residuals
 
 
 def _recurrence_fwd(x_gates, w_h, valid):
-  (outputs, carry), (h_prev, c_prev, s, g, tanh_c) = _recurrence_forward(x_gates, w_h, valid)
+  (outputs, carry), (h_prev, c_prev, s, g, tanh_c) = _recurrence_forward(
+      x_gates, w_h, valid
+  )
   # d z_t = select(gate == o, dh_t, dc_t) * multipliers_t, for every step at once.
-  gate = jnp.arange(4)[:, None]                                             # [4, 1]
+  gate = jnp.arange(4)[:, None]  # [4, 1]
   i, f, o = s[..., 0, :], s[..., 1, :], s[..., 3, :]
-  operand = jnp.where(gate == 0, g[..., None, :], jnp.where(
-      gate == 1, c_prev[..., None, :], jnp.where(gate == 2, i[..., None, :], tanh_c[..., None, :])))
+  operand = jnp.where(
+      gate == 0,
+      g[..., None, :],
+      jnp.where(
+          gate == 1,
+          c_prev[..., None, :],
+          jnp.where(gate == 2, i[..., None, :], tanh_c[..., None, :]),
+      ),
+  )
   slope = jnp.where(gate == 2, 1 - g[..., None, :] ** 2, s * (1 - s))
-  multipliers = operand * slope                                            # [T, B, 4, H]
-  dc_from_h = o * (1 - tanh_c ** 2)                                        # [T, B, H]
+  multipliers = operand * slope  # [T, B, 4, H]
+  dc_from_h = o * (1 - tanh_c**2)  # [T, B, H]
   return (outputs, carry), (w_h, valid, h_prev, multipliers, dc_from_h, f)
 
 
@@ -100,17 +117,23 @@ def _recurrence_bwd(residuals, cotangents):
   gate = jnp.arange(4)[:, None]
 
   def step(carry, inputs):
-    dc_carry, dh_carry = carry                     # d loss / d carry after step t
+    dc_carry, dh_carry = carry  # d loss / d carry after step t
     d_out, valid_t, mult, dc_h, f_t = inputs
-    dh = d_out + valid_t * dh_carry                # d / d h_new
-    dc = valid_t * dc_carry + dh * dc_h            # d / d c_new
-    dz = (jnp.where(gate == 3, dh[:, None, :], dc[:, None, :]) * mult).reshape(dh.shape[0], -1)
+    dh = d_out + valid_t * dh_carry  # d / d h_new
+    dc = valid_t * dc_carry + dh * dc_h  # d / d c_new
+    dz = (jnp.where(gate == 3, dh[:, None, :], dc[:, None, :]) * mult).reshape(
+        dh.shape[0], -1
+    )
     dh_prev = dz @ w_h.T + (1 - valid_t) * dh_carry
     dc_prev = dc * f_t + (1 - valid_t) * dc_carry
     return (dc_prev, dh_prev), dz
 
-  _, dz = jax.lax.scan(step, (dc_final, dh_final),
-                       (d_outputs, valid, multipliers, dc_from_h, f), reverse=True)
+  _, dz = jax.lax.scan(
+      step,
+      (dc_final, dh_final),
+      (d_outputs, valid, multipliers, dc_from_h, f),
+      reverse=True,
+  )
   # One [H, T*B] x [T*B, 4H] GEMM instead of T small ones (einsum picks a slower layout).
   d_w_h = h_prev.reshape(-1, h_prev.shape[-1]).T @ dz.reshape(-1, dz.shape[-1])
   return dz, d_w_h, jnp.zeros_like(valid)
@@ -121,9 +144,11 @@ lstm_recurrence.defvjp(_recurrence_fwd, _recurrence_bwd)
 
 def reverse_padded(x: jax.Array, lengths: jax.Array) -> jax.Array:
   """Reverses each column of time-major x [T, B, ...] within its length; padding stays put."""
-  t = jnp.arange(x.shape[0])[:, None]                                     # [T, 1]
-  index = jnp.where(t < lengths[None, :], lengths[None, :] - 1 - t, t)    # [T, B]
-  return jnp.take_along_axis(x, index.reshape(index.shape + (1,) * (x.ndim - 2)), axis=0)
+  t = jnp.arange(x.shape[0])[:, None]  # [T, 1]
+  index = jnp.where(t < lengths[None, :], lengths[None, :] - 1 - t, t)  # [T, B]
+  return jnp.take_along_axis(
+      x, index.reshape(index.shape + (1,) * (x.ndim - 2)), axis=0
+  )
 
 
 class LSTM(nn.Module):
@@ -132,6 +157,7 @@ class LSTM(nn.Module):
   Steps at padded positions leave the carry unchanged, so the returned carry
   is the state after each row's last real token.
   """
+
   features: int
   forget_bias: float = 1.0
   reverse: bool = False
@@ -141,14 +167,24 @@ class LSTM(nn.Module):
     """Time-major x [T, B, in], lengths [B] -> outputs [T, B, H], final carry (c, h) [B, H]."""
     length = x.shape[0]
     h_size = self.features
-    w_x = self.param('input_kernel', nn.initializers.lecun_normal(), (x.shape[-1], 4 * h_size))
-    w_h = self.param('recurrent_kernel', nn.initializers.orthogonal(), (h_size, 4 * h_size))
-    b = self.param('bias', forget_bias_init(h_size, self.forget_bias), (4 * h_size,))
+    w_x = self.param(
+        'input_kernel',
+        nn.initializers.lecun_normal(),
+        (x.shape[-1], 4 * h_size),
+    )
+    w_h = self.param(
+        'recurrent_kernel', nn.initializers.orthogonal(), (h_size, 4 * h_size)
+    )
+    b = self.param(
+        'bias', forget_bias_init(h_size, self.forget_bias), (4 * h_size,)
+    )
     if self.reverse:
       x = reverse_padded(x, lengths)
-    x_gates = x @ w_x + b                                                  # [T, B, 4H]
-    valid = (jnp.arange(length)[:, None, None] < lengths[None, :, None]).astype(x_gates.dtype)
-    outputs, carry = lstm_recurrence(x_gates, w_h, valid)                  # [T, B, H]
+    x_gates = x @ w_x + b  # [T, B, 4H]
+    valid = (jnp.arange(length)[:, None, None] < lengths[None, :, None]).astype(
+        x_gates.dtype
+    )
+    outputs, carry = lstm_recurrence(x_gates, w_h, valid)  # [T, B, H]
     if self.reverse:
       outputs = reverse_padded(outputs, lengths)
     return outputs, carry
@@ -156,6 +192,7 @@ class LSTM(nn.Module):
 
 class BiLSTM(nn.Module):
   """Forward and backward LSTMs of `features // 2` units each, concatenated."""
+
   features: int
   forget_bias: float = 1.0
 
@@ -164,6 +201,8 @@ class BiLSTM(nn.Module):
     """Time-major x [T, B, in] -> outputs [T, B, H], final carry (c, h) [B, H] (fwd ++ bwd)."""
     half = self.features // 2
     out_f, (c_f, h_f) = LSTM(half, self.forget_bias, name='forward')(x, lengths)
-    out_b, (c_b, h_b) = LSTM(half, self.forget_bias, reverse=True, name='backward')(x, lengths)
+    out_b, (c_b, h_b) = LSTM(
+        half, self.forget_bias, reverse=True, name='backward'
+    )(x, lengths)
     carry = (jnp.concatenate([c_f, c_b], -1), jnp.concatenate([h_f, h_b], -1))
     return jnp.concatenate([out_f, out_b], -1), carry

@@ -25,27 +25,54 @@ from nmt_jax import parallel
 from nmt_jax import train
 from nmt_jax import writers
 
-_CONFIG = config_flags.DEFINE_config_file('config', None, 'Experiment config file.',
-                                          lock_config=True)
-_WORKDIR = flags.DEFINE_string('workdir', None, 'Directory for checkpoints and metrics.')
-_MODE = flags.DEFINE_enum('mode', 'train', ['train', 'eval', 'translate', 'prepare'],
-                          'train (then evaluate), eval (best checkpoint), translate, or prepare '
-                          '(build a real corpus\'s vocabularies once).')
-_INPUT = flags.DEFINE_string('input', '-', 'translate: source sentences, one per line (- = stdin).')
-_OUTPUT = flags.DEFINE_string('output', '-', 'translate: where to write translations (- = stdout).')
+_CONFIG = config_flags.DEFINE_config_file(
+    'config', None, 'Experiment config file.', lock_config=True
+)
+_WORKDIR = flags.DEFINE_string(
+    'workdir', None, 'Directory for checkpoints and metrics.'
+)
+_MODE = flags.DEFINE_enum(
+    'mode',
+    'train',
+    ['train', 'eval', 'translate', 'prepare'],
+    'train (then evaluate), eval (best checkpoint), translate, or prepare '
+    "(build a real corpus's vocabularies once).",
+)
+_INPUT = flags.DEFINE_string(
+    'input', '-', 'translate: source sentences, one per line (- = stdin).'
+)
+_OUTPUT = flags.DEFINE_string(
+    'output', '-', 'translate: where to write translations (- = stdout).'
+)
 _DISTRIBUTED = flags.DEFINE_enum(
-    'distributed', 'auto', ['auto', 'on', 'off'],
+    'distributed',
+    'auto',
+    ['auto', 'on', 'off'],
     'Join a multi-process run with jax.distributed: auto = when the coordinator flags are given '
-    'or a multi-process SLURM job or TPU pod is detected; on = always (JAX detects the cluster).')
-_COORDINATOR = flags.DEFINE_string('coordinator_address', None,
-                                   'Multi-process: host:port of process 0 (with the two below).')
-_NUM_PROCESSES = flags.DEFINE_integer('num_processes', None, 'Multi-process: number of processes.')
-_PROCESS_ID = flags.DEFINE_integer('process_id', None, 'Multi-process: this process, 0..N-1.')
+    'or a multi-process SLURM job or TPU pod is detected; on = always (JAX detects the cluster).',
+)
+_COORDINATOR = flags.DEFINE_string(
+    'coordinator_address',
+    None,
+    'Multi-process: host:port of process 0 (with the two below).',
+)
+_NUM_PROCESSES = flags.DEFINE_integer(
+    'num_processes', None, 'Multi-process: number of processes.'
+)
+_PROCESS_ID = flags.DEFINE_integer(
+    'process_id', None, 'Multi-process: this process, 0..N-1.'
+)
 _LOCAL_DEVICE_IDS = flags.DEFINE_list(
-    'local_device_ids', None, 'Multi-process: the local accelerators this process drives '
-    '(e.g. 0,1,2,3 for one process per node under SLURM, where JAX defaults to one per process).')
+    'local_device_ids',
+    None,
+    'Multi-process: the local accelerators this process drives '
+    '(e.g. 0,1,2,3 for one process per node under SLURM, where JAX defaults to one per process).',
+)
 _DISTRIBUTED_TIMEOUT = flags.DEFINE_integer(
-    'distributed_timeout', 300, 'Seconds to wait for all processes to join before giving up.')
+    'distributed_timeout',
+    300,
+    'Seconds to wait for all processes to join before giving up.',
+)
 flags.mark_flags_as_required(['config', 'workdir'])
 
 
@@ -54,21 +81,42 @@ def multi_process_cluster() -> bool:
   # SLURM_STEP_NUM_TASKS is set by srun only: a plain `python` in a batch script stays single.
   if int(os.environ.get('SLURM_STEP_NUM_TASKS', '1') or 1) > 1:
     return True
-  return len([h for h in os.environ.get('TPU_WORKER_HOSTNAMES', '').split(',') if h]) > 1
+  return (
+      len(
+          [
+              h
+              for h in os.environ.get('TPU_WORKER_HOSTNAMES', '').split(',')
+              if h
+          ]
+      )
+      > 1
+  )
 
 
 def maybe_initialize_distributed():
-  explicit = any(f.value is not None for f in (_COORDINATOR, _NUM_PROCESSES, _PROCESS_ID))
+  explicit = any(
+      f.value is not None for f in (_COORDINATOR, _NUM_PROCESSES, _PROCESS_ID)
+  )
   if _DISTRIBUTED.value == 'off' or (
-      _DISTRIBUTED.value == 'auto' and not explicit and not multi_process_cluster()):
+      _DISTRIBUTED.value == 'auto'
+      and not explicit
+      and not multi_process_cluster()
+  ):
     return
   local_device_ids = _LOCAL_DEVICE_IDS.value
   if local_device_ids is not None:
     if not all(i.isdigit() for i in local_device_ids):
-      _fail(f'--local_device_ids={",".join(local_device_ids)} must be device numbers, e.g. 0,1,2,3')
+      _fail(
+          f'--local_device_ids={",".join(local_device_ids)} must be device numbers, e.g. 0,1,2,3'
+      )
     local_device_ids = [int(i) for i in local_device_ids]
-  parallel.initialize_distributed(_COORDINATOR.value, _NUM_PROCESSES.value, _PROCESS_ID.value,
-                                  _DISTRIBUTED_TIMEOUT.value, local_device_ids)
+  parallel.initialize_distributed(
+      _COORDINATOR.value,
+      _NUM_PROCESSES.value,
+      _PROCESS_ID.value,
+      _DISTRIBUTED_TIMEOUT.value,
+      local_device_ids,
+  )
 
 
 def run(config, workdir: str, mode: str):
@@ -79,12 +127,20 @@ def run(config, workdir: str, mode: str):
   elif mode == 'prepare':
     train.prepare(config, workdir)
   else:
-    source = sys.stdin if _INPUT.value == '-' else open(_INPUT.value, encoding='utf-8')
+    source = (
+        sys.stdin
+        if _INPUT.value == '-'
+        else open(_INPUT.value, encoding='utf-8')
+    )
     with source:
       lines = [line.strip() for line in source]
     lines = [line for line in lines if line]
     hypotheses = evaluation.translate(config, workdir, lines)
-    out = sys.stdout if _OUTPUT.value == '-' else open(_OUTPUT.value, 'w', encoding='utf-8')
+    out = (
+        sys.stdout
+        if _OUTPUT.value == '-'
+        else open(_OUTPUT.value, 'w', encoding='utf-8')
+    )
     out.write(''.join(h + '\n' for h in hypotheses))
     out.flush()
 
@@ -98,20 +154,29 @@ def parse_flags(argv):
   """absl flag parsing, with config mistakes reported as one line instead of a traceback."""
   for arg in argv[1:]:
     if arg.startswith('--config='):
-      path = arg[len('--config='):].split(':')[0]
+      path = arg[len('--config=') :].split(':')[0]
       if not os.path.isfile(path):
-        _fail(f'config file {path} does not exist (run from the repository root, or give the '
-              'path of a config file, e.g. --config=configs/global_general.py)')
+        _fail(
+            f'config file {path} does not exist (run from the repository root, or give the '
+            'path of a config file, e.g. --config=configs/global_general.py)'
+        )
   try:
     return flags.FLAGS(argv)
-  except (KeyError, AttributeError) as e:   # --config.<unknown field>=...
-    detail = ' '.join(str(e).strip('"\'').replace('\\n', ' ').replace('\\\'', "'").split())
-    _fail(f'unknown config field in a --config override: {detail} '
-          '(every field is listed in nmt_jax/default_config.py and, for model.attention, '
-          'in the kinds of nmt_jax/attention/)')
-  except OSError as e:                      # config file missing or failing to import
-    _fail(' '.join(str(e).split()) + ' (run from the repository root, or give the path of a '
-          'config file)')
+  except (KeyError, AttributeError) as e:  # --config.<unknown field>=...
+    detail = ' '.join(
+        str(e).strip('"\'').replace('\\n', ' ').replace("\\'", "'").split()
+    )
+    _fail(
+        f'unknown config field in a --config override: {detail} '
+        '(every field is listed in nmt_jax/default_config.py and, for model.attention, '
+        'in the kinds of nmt_jax/attention/)'
+    )
+  except OSError as e:  # config file missing or failing to import
+    _fail(
+        ' '.join(str(e).split())
+        + ' (run from the repository root, or give the path of a '
+        'config file)'
+    )
   except (flags.Error, ValueError, TypeError) as e:
     lines = str(e).strip().splitlines()
     # A failing get_config() arrives as a traceback in the message: its last line says why.
@@ -125,7 +190,7 @@ def main(argv):
     raise app.UsageError(f'unexpected arguments: {" ".join(argv[1:])}')
   try:
     config = _CONFIG.value
-  except OSError as e:    # config_flags defers load failures to the first access
+  except OSError as e:  # config_flags defers load failures to the first access
     _fail(str(e).strip().splitlines()[-1])
   try:
     maybe_initialize_distributed()
@@ -135,8 +200,11 @@ def main(argv):
     _fail(str(e))
   except KeyboardInterrupt:
     # Checkpoints were closed on the way out; the same command resumes.
-    print(f'interrupted; run the same command again to resume from the last checkpoint in '
-          f'{_WORKDIR.value}', file=sys.stderr)
+    print(
+        f'interrupted; run the same command again to resume from the last checkpoint in '
+        f'{_WORKDIR.value}',
+        file=sys.stderr,
+    )
     sys.exit(130)
 
 

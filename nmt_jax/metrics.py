@@ -1,14 +1,16 @@
-"""Translation metrics: sacreBLEU, tokenized BLEU, chrF, RIBES.""" 
+"""Translation metrics: sacreBLEU, tokenized BLEU, chrF, RIBES."""
 
 import functools
 from typing import Dict, Sequence
 
 import sacrebleu
-from sacrebleu.metrics import BLEU, CHRF
+from sacrebleu.metrics import BLEU
+from sacrebleu.metrics import CHRF
 
 
-def translation_metrics(hypotheses: Sequence[str], references: Sequence[str],
-                        language: str = 'en') -> Dict:
+def translation_metrics(
+    hypotheses: Sequence[str], references: Sequence[str], language: str = 'en'
+) -> Dict:
   """Corpus scores of detokenized `hypotheses` against one reference each.
 
   `bleu` is sacreBLEU with its default 13a tokenizer on detokenized text (the
@@ -26,9 +28,15 @@ def translation_metrics(hypotheses: Sequence[str], references: Sequence[str],
   result = {
       'bleu': bleu.corpus_score(hypotheses, [references]).score,
       'bleu_signature': str(bleu.get_signature()),
-      'bleu_tokenized': bleu_tok.corpus_score(
-          [tokenize(h) for h in hypotheses], [[tokenize(r) for r in references]]).score,
-      'bleu_tokenized_signature': f'moses:{language}|{bleu_tok.get_signature()}',
+      'bleu_tokenized': (
+          bleu_tok.corpus_score(
+              [tokenize(h) for h in hypotheses],
+              [[tokenize(r) for r in references]],
+          ).score
+      ),
+      'bleu_tokenized_signature': (
+          f'moses:{language}|{bleu_tok.get_signature()}'
+      ),
       'chrf': chrf.corpus_score(hypotheses, [references]).score,
       'chrf_signature': str(chrf.get_signature()),
       'ribes': ribes(hypotheses, references),
@@ -40,6 +48,7 @@ def translation_metrics(hypotheses: Sequence[str], references: Sequence[str],
 def _moses(language: str):
   # Imported on first use: sacremoses takes 0.3 s and nltk 1 s to import.
   from sacremoses import MosesTokenizer  # pylint: disable=g-import-not-at-top
+
   return MosesTokenizer(lang=language)
 
 
@@ -51,11 +60,14 @@ def moses_tokenize(text: str, language: str = 'en') -> str:
 def ribes(hypotheses: Sequence[str], references: Sequence[str]) -> float:
   """Corpus RIBES (Isozaki et al. 2010) from nltk, on whitespace tokens, in [0, 1]."""
   from nltk.translate.ribes_score import corpus_ribes  # pylint: disable=g-import-not-at-top  (1 s)
+
   hyps = [h.split() for h in hypotheses]
   refs = [[r.split()] for r in references]
   try:
     return float(corpus_ribes(refs, hyps))
-  except ZeroDivisionError:   # nltk divides by the hypothesis count of matching words
+  except (
+      ZeroDivisionError
+  ):  # nltk divides by the hypothesis count of matching words
     return 0.0
 
 

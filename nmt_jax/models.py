@@ -29,20 +29,32 @@ from nmt_jax.vocab import PAD
 @flax.struct.dataclass
 class DecoderState:
   """The recurrent state of a decoder hypothesis; every leaf is [B, ...]."""
-  lstm: Tuple[lstm.Carry, ...]   # per layer (c, h), each [B, H]
-  feed: jax.Array                # [B, H] attentional state htilde_{t-1} (input feeding)
-  attention: Any                 # the attention kind's state (dict)
-  t: jax.Array                   # [B] int32 index of the next target token
+
+  lstm: Tuple[lstm.Carry, ...]  # per layer (c, h), each [B, H]
+  feed: jax.Array  # [B, H] attentional state htilde_{t-1} (input feeding)
+  attention: Any  # the attention kind's state (dict)
+  t: jax.Array  # [B] int32 index of the next target token
 
 
 def stacked_kernel_init(num_input_rows):
   """lecun_normal for the input rows of a [in + H, 4H] kernel, orthogonal for the H recurrent rows."""
+
   def init(key, shape, dtype=jnp.float32):
     k_in, k_rec = jax.random.split(key)
-    rows = [nn.initializers.orthogonal()(k_rec, (shape[0] - num_input_rows, shape[1]), dtype)]
+    rows = [
+        nn.initializers.orthogonal()(
+            k_rec, (shape[0] - num_input_rows, shape[1]), dtype
+        )
+    ]
     if num_input_rows:
-      rows.insert(0, nn.initializers.lecun_normal()(k_in, (num_input_rows, shape[1]), dtype))
+      rows.insert(
+          0,
+          nn.initializers.lecun_normal()(
+              k_in, (num_input_rows, shape[1]), dtype
+          ),
+      )
     return jnp.concatenate(rows, axis=0)
+
   return init
 
 
@@ -52,6 +64,7 @@ class StackedLSTMCell(nn.Module):
   Layer 0 receives its embedding gates precomputed (`x_gates`, hoisted out of
   the time loop) and the per-step inputs `extra` (input feeding, context).
   """
+
   features: int
   num_layers: int
   dropout: float
@@ -65,21 +78,30 @@ class StackedLSTMCell(nn.Module):
     for layer in range(self.num_layers):
       carry = carries[layer]
       if layer == 0:
-        inputs = jnp.concatenate(list(extra) + [carry[1]], axis=-1)        # [B, in + H]
+        # [B, in + H]
+        inputs = jnp.concatenate(list(extra) + [carry[1]], axis=-1)
         bias = x_gates
       else:
         below = nn.Dropout(self.dropout)(new[-1][1], deterministic=not train)
-        inputs = jnp.concatenate([below, carry[1]], axis=-1)               # [B, 2H]
-        bias = self.param(f'bias_{layer}', lstm.forget_bias_init(h_size, self.forget_bias), (4 * h_size,))
-      kernel = self.param(f'kernel_{layer}', stacked_kernel_init(inputs.shape[-1] - h_size),
-                          (inputs.shape[-1], 4 * h_size))
+        inputs = jnp.concatenate([below, carry[1]], axis=-1)  # [B, 2H]
+        bias = self.param(
+            f'bias_{layer}',
+            lstm.forget_bias_init(h_size, self.forget_bias),
+            (4 * h_size,),
+        )
+      kernel = self.param(
+          f'kernel_{layer}',
+          stacked_kernel_init(inputs.shape[-1] - h_size),
+          (inputs.shape[-1], 4 * h_size),
+      )
       new.append(lstm.lstm_update(carry, inputs @ kernel + bias))
     return tuple(new)
 
 
 class Encoder(nn.Module):
   """Embeddings and a stack of (bi)LSTM layers with dropout between layers."""
-  config: Any          # model
+
+  config: Any  # model
   vocab_size: int
 
   @nn.compact
@@ -88,22 +110,30 @@ class Encoder(nn.Module):
     cfg = self.config
     # Time-major inside: the LSTM scans need [S, B, ...], and transposing the
     # ids is cheaper than transposing every layer's activations.
-    x = nn.Embed(self.vocab_size, cfg.embed_size, name='embed')(source.T)  # [S, B, E]
+    # [S, B, E]
+    x = nn.Embed(self.vocab_size, cfg.embed_size, name='embed')(source.T)
     finals = []
     for layer in range(cfg.num_encoder_layers):
       x = nn.Dropout(cfg.dropout)(x, deterministic=not train)
-      bidirectional = cfg.bidirectional == 'all' or (cfg.bidirectional == 'bottom' and layer == 0)
+      bidirectional = cfg.bidirectional == 'all' or (
+          cfg.bidirectional == 'bottom' and layer == 0
+      )
       if bidirectional:
-        x, final = lstm.BiLSTM(cfg.hidden_size, cfg.forget_bias, name=f'layer_{layer}')(x, lengths)
+        x, final = lstm.BiLSTM(
+            cfg.hidden_size, cfg.forget_bias, name=f'layer_{layer}'
+        )(x, lengths)
       else:
-        x, final = lstm.LSTM(cfg.hidden_size, cfg.forget_bias, name=f'layer_{layer}')(x, lengths)
+        x, final = lstm.LSTM(
+            cfg.hidden_size, cfg.forget_bias, name=f'layer_{layer}'
+        )(x, lengths)
       finals.append(final)
-    return jnp.swapaxes(x, 0, 1), finals                                   # [B, S, H]
+    return jnp.swapaxes(x, 0, 1), finals  # [B, S, H]
 
 
 class Decoder(nn.Module):
   """Stacked LSTM decoder with input feeding and one attention kind."""
-  config: Any          # model
+
+  config: Any  # model
   vocab_size: int
 
   def setup(self):
@@ -111,11 +141,15 @@ class Decoder(nn.Module):
     h_size = cfg.hidden_size
     self.embed = nn.Embed(self.vocab_size, cfg.embed_size)
     # Layer 0's embedding-to-gates projection, applied to all steps at once.
-    self.input_proj = nn.Dense(4 * h_size, bias_init=lstm.forget_bias_init(h_size, cfg.forget_bias))
-    self.cell = StackedLSTMCell(h_size, cfg.num_decoder_layers, cfg.dropout, cfg.forget_bias)
+    self.input_proj = nn.Dense(
+        4 * h_size, bias_init=lstm.forget_bias_init(h_size, cfg.forget_bias)
+    )
+    self.cell = StackedLSTMCell(
+        h_size, cfg.num_decoder_layers, cfg.dropout, cfg.forget_bias
+    )
     self.attention = attention_lib.make(cfg.attention, h_size)
     if self.attention.HAS_CONTEXT:
-      self.combine = nn.Dense(h_size, use_bias=False)                      # W_c
+      self.combine = nn.Dense(h_size, use_bias=False)  # W_c
     if cfg.bridge == 'dense':
       self.bridge_c = [nn.Dense(h_size) for _ in range(cfg.num_decoder_layers)]
       self.bridge_h = [nn.Dense(h_size) for _ in range(cfg.num_decoder_layers)]
@@ -135,26 +169,43 @@ class Decoder(nn.Module):
     for layer in range(cfg.num_decoder_layers):
       c, h = encoder_finals[min(layer, len(encoder_finals) - 1)]
       if cfg.bridge == 'dense':
-        carries.append((self.bridge_c[layer](c), jnp.tanh(self.bridge_h[layer](h))))
+        carries.append(
+            (self.bridge_c[layer](c), jnp.tanh(self.bridge_h[layer](h)))
+        )
       elif cfg.bridge == 'copy':
         carries.append((c, h))
       else:
         carries.append((zeros, zeros))
-    state = DecoderState(lstm=tuple(carries), feed=zeros, attention=attention_state,
-                         t=jnp.zeros((batch,), jnp.int32))
+    state = DecoderState(
+        lstm=tuple(carries),
+        feed=zeros,
+        attention=attention_state,
+        t=jnp.zeros((batch,), jnp.int32),
+    )
     return cache, state
 
-  def step(self, state: DecoderState, cache, emb, x_gates, train=False, with_weights=False):
+  def step(
+      self,
+      state: DecoderState,
+      cache,
+      emb,
+      x_gates,
+      train=False,
+      with_weights=False,
+  ):
     """One target step: emb [B, E], x_gates [B, 4H] -> state, htilde [B, H], diagnostics."""
     cfg = self.config
     prev_h = state.lstm[-1][1]
-    step_inputs = attention_lib.StepInputs(prev_query=prev_h, inputs=emb, t=state.t)
+    step_inputs = attention_lib.StepInputs(
+        prev_query=prev_h, inputs=emb, t=state.t
+    )
     attention_state = state.attention
     extra = []
     if cfg.query == 'previous':
       # Bahdanau: attend from h_{t-1}; the context feeds this step's LSTM.
       context, attention_state, diagnostics = self.attention(
-          prev_h, cache, attention_state, step_inputs, with_weights, train)
+          prev_h, cache, attention_state, step_inputs, with_weights, train
+      )
       extra.append(context)
     if cfg.input_feeding and self.attention.HAS_CONTEXT:
       extra.append(state.feed)
@@ -163,10 +214,13 @@ class Decoder(nn.Module):
     if cfg.query == 'current':
       # Luong: attend from h_t.
       context, attention_state, diagnostics = self.attention(
-          h, cache, attention_state, step_inputs, with_weights, train)
+          h, cache, attention_state, step_inputs, with_weights, train
+      )
     htilde = self.attentional_state(context, h)
     htilde = self.dropout(htilde, deterministic=not train)
-    state = DecoderState(lstm=carries, feed=htilde, attention=attention_state, t=state.t + 1)
+    state = DecoderState(
+        lstm=carries, feed=htilde, attention=attention_state, t=state.t + 1
+    )
     return state, htilde, diagnostics
 
   def attentional_state(self, context, h):
@@ -184,28 +238,40 @@ class Decoder(nn.Module):
   def __call__(self, cache, state, target_in, train=False, with_weights=False):
     """Teacher forcing: target_in [B, T] -> logits [B, T, V], diagnostics [B, T, ...]."""
     # Time-major inside (see Encoder); only htilde [T, B, H] is transposed back.
-    emb = self.dropout(self.embed(target_in.T), deterministic=not train)   # [T, B, E]
-    x_gates = self.input_proj(emb)                                         # [T, B, 4H]
+    # [T, B, E]
+    emb = self.dropout(self.embed(target_in.T), deterministic=not train)
+    x_gates = self.input_proj(emb)  # [T, B, 4H]
+
     def body(mdl, carry, xs):
-      carry, htilde, diagnostics = mdl.step(carry, cache, xs[0], xs[1], train, with_weights)
+      carry, htilde, diagnostics = mdl.step(
+          carry, cache, xs[0], xs[1], train, with_weights
+      )
       return carry, (htilde, diagnostics)
 
-    scan = nn.scan(body, variable_broadcast='params', split_rngs={'params': False, 'dropout': True})
-    _, (htildes, diagnostics) = scan(self, state, (emb, x_gates))         # [T, B, ...]
+    scan = nn.scan(
+        body,
+        variable_broadcast='params',
+        split_rngs={'params': False, 'dropout': True},
+    )
+    _, (htildes, diagnostics) = scan(self, state, (emb, x_gates))  # [T, B, ...]
     batch_major = lambda x: jnp.swapaxes(x, 0, 1)
-    return self.logits(batch_major(htildes)), jax.tree_util.tree_map(batch_major, diagnostics)
+    return self.logits(batch_major(htildes)), jax.tree_util.tree_map(
+        batch_major, diagnostics
+    )
 
   def decode_step(self, state, cache, tokens, with_weights=False):
     """tokens [B] int -> state, logits [B, V], diagnostics."""
     emb = self.embed(tokens)
-    state, htilde, diagnostics = self.step(state, cache, emb, self.input_proj(emb),
-                                           with_weights=with_weights)
+    state, htilde, diagnostics = self.step(
+        state, cache, emb, self.input_proj(emb), with_weights=with_weights
+    )
     return state, self.logits(htilde), diagnostics
 
 
 class Seq2Seq(nn.Module):
   """The encoder-decoder; `source`/`target` are padded with PAD = 0."""
-  config: Any          # model (model.attention.max_source_length resolved)
+
+  config: Any  # model (model.attention.max_source_length resolved)
   source_vocab_size: int
   target_vocab_size: int
 

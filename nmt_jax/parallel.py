@@ -24,10 +24,13 @@ from absl import logging
 import flax.jax_utils
 import jax
 from jax.experimental import multihost_utils
-from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+from jax.sharding import Mesh
+from jax.sharding import NamedSharding
+from jax.sharding import PartitionSpec as P
 import numpy as np
 
-from nmt_jax.errors import ConfigError, UserError
+from nmt_jax.errors import ConfigError
+from nmt_jax.errors import UserError
 
 AXIS = 'data'
 
@@ -39,11 +42,13 @@ class DistributedError(UserError):
 # ----------------------------------------------------------------- processes
 
 
-def initialize_distributed(coordinator_address: Optional[str] = None,
-                           num_processes: Optional[int] = None,
-                           process_id: Optional[int] = None,
-                           timeout_seconds: int = 300,
-                           local_device_ids: Optional[Sequence[int]] = None):
+def initialize_distributed(
+    coordinator_address: Optional[str] = None,
+    num_processes: Optional[int] = None,
+    process_id: Optional[int] = None,
+    timeout_seconds: int = 300,
+    local_device_ids: Optional[Sequence[int]] = None,
+):
   """Joins a multi-process run through jax.distributed.
 
   With no arguments JAX detects the cluster (Cloud TPU VMs, SLURM, ...).
@@ -51,43 +56,64 @@ def initialize_distributed(coordinator_address: Optional[str] = None,
   unreachable, a process missing), this process exits with a one-line error.
   """
   explicit = [coordinator_address, num_processes, process_id]
-  if any(v is not None for v in explicit) and not all(v is not None for v in explicit):
-    raise ConfigError('--coordinator_address, --num_processes and --process_id go together; '
-                      'give all three, or none on a TPU VM / under SLURM')
+  if any(v is not None for v in explicit) and not all(
+      v is not None for v in explicit
+  ):
+    raise ConfigError(
+        '--coordinator_address, --num_processes and --process_id go together; '
+        'give all three, or none on a TPU VM / under SLURM'
+    )
   if num_processes is not None:
     if num_processes < 1 or not 0 <= process_id < num_processes:
-      raise ConfigError(f'--process_id={process_id} is outside [0, --num_processes='
-                        f'{num_processes}); number the processes 0..N-1')
+      raise ConfigError(
+          f'--process_id={process_id} is outside [0, --num_processes='
+          f'{num_processes}); number the processes 0..N-1'
+      )
     host, _, port = coordinator_address.rpartition(':')
     if not host or not port.isdigit():
-      raise ConfigError(f'--coordinator_address={coordinator_address!r} is not host:port; '
-                        'e.g. --coordinator_address=10.0.0.2:1234')
+      raise ConfigError(
+          f'--coordinator_address={coordinator_address!r} is not host:port; '
+          'e.g. --coordinator_address=10.0.0.2:1234'
+      )
   where = coordinator_address or 'the auto-detected coordinator'
 
   def give_up():
     # JAX's own timeout aborts the process with a C++ stack trace; say why first, and exit.
-    print(f'error: the distributed run at {where} did not form within {timeout_seconds}s '
-          '(coordinator unreachable or a process missing); start all processes with the same '
-          '--coordinator_address and --num_processes, and check the host, port and firewall',
-          file=sys.stderr, flush=True)
+    print(
+        f'error: the distributed run at {where} did not form within {timeout_seconds}s '
+        '(coordinator unreachable or a process missing); start all processes with the same '
+        '--coordinator_address and --num_processes, and check the host, port and firewall',
+        file=sys.stderr,
+        flush=True,
+    )
     os._exit(3)  # pylint: disable=protected-access
 
   watchdog = threading.Timer(timeout_seconds, give_up)
   watchdog.daemon = True
   watchdog.start()
   try:
-    jax.distributed.initialize(coordinator_address, num_processes, process_id,
-                               local_device_ids=local_device_ids,
-                               initialization_timeout=timeout_seconds + 60)
+    jax.distributed.initialize(
+        coordinator_address,
+        num_processes,
+        process_id,
+        local_device_ids=local_device_ids,
+        initialization_timeout=timeout_seconds + 60,
+    )
   except (RuntimeError, ValueError) as e:
     first = (str(e).strip().splitlines() or [type(e).__name__])[0]
-    raise DistributedError(f'could not join the distributed run at {where} ({first[:200]}); '
-                           'check --coordinator_address, --num_processes and --process_id'
-                           ) from None
+    raise DistributedError(
+        f'could not join the distributed run at {where} ({first[:200]}); '
+        'check --coordinator_address, --num_processes and --process_id'
+    ) from None
   finally:
     watchdog.cancel()
-  logging.info('process %d of %d; %d local and %d global devices', jax.process_index(),
-               jax.process_count(), jax.local_device_count(), jax.device_count())
+  logging.info(
+      'process %d of %d; %d local and %d global devices',
+      jax.process_index(),
+      jax.process_count(),
+      jax.local_device_count(),
+      jax.device_count(),
+  )
 
 
 # ----------------------------------------------------------------- the mesh
@@ -102,12 +128,15 @@ def make_mesh(mesh_shape: Sequence[int] = (-1,)) -> Mesh:
   devices = jax.devices()
   shape = tuple(mesh_shape)
   if len(shape) != 1 or not (shape[0] == -1 or shape[0] > 0):
-    raise ConfigError(f'config: parallel.mesh_shape={shape} must be one axis, (N,) or (-1,) '
-                      'for all devices (--config.parallel.mesh_shape="(-1,)")')
+    raise ConfigError(
+        f'config: parallel.mesh_shape={shape} must be one axis, (N,) or (-1,) '
+        'for all devices (--config.parallel.mesh_shape="(-1,)")'
+    )
   if shape[0] not in (-1, len(devices)):
     raise ConfigError(
         f'config: parallel.mesh_shape={shape} does not match the {len(devices)} devices '
-        f'({jax.process_count()} process(es)); use ({len(devices)},) or (-1,)')
+        f'({jax.process_count()} process(es)); use ({len(devices)},) or (-1,)'
+    )
   ordered = sorted(devices, key=lambda d: (d.process_index, d.id))
   # Mesh(...) has Auto axes; jax.make_mesh defaults to Explicit axes, under
   # which nn.Embed's gather on batch-sharded ids fails to shard.
@@ -127,30 +156,47 @@ def check_divisible(batch_size: int, mesh: Mesh, field: str):
   if batch_size % devices:
     raise ConfigError(
         f'config: {field}={batch_size} is not divisible by the {devices} devices; '
-        f'use a multiple of {devices} (--config.{field}=...)')
+        f'use a multiple of {devices} (--config.{field}=...)'
+    )
 
 
 def process_rows(batch_size: int, mesh: Mesh) -> slice:
   """The rows of a global batch of `batch_size` that this process feeds."""
-  indices = batch_sharding(mesh).addressable_devices_indices_map((batch_size,)).values()
+  indices = (
+      batch_sharding(mesh)
+      .addressable_devices_indices_map((batch_size,))
+      .values()
+  )
   starts = [index[0].start or 0 for index in indices]
-  stops = [batch_size if index[0].stop is None else index[0].stop for index in indices]
+  stops = [
+      batch_size if index[0].stop is None else index[0].stop
+      for index in indices
+  ]
   return slice(min(starts), max(stops))
 
 
-def local_part(batch: Dict[str, np.ndarray], mesh: Mesh) -> Dict[str, np.ndarray]:
+def local_part(
+    batch: Dict[str, np.ndarray], mesh: Mesh
+) -> Dict[str, np.ndarray]:
   """This process's rows of a global host batch."""
   rows = process_rows(len(next(iter(batch.values()))), mesh)
   return {k: v[rows] for k, v in batch.items()}
 
 
-def shard_batch(local_batch: Dict[str, np.ndarray], mesh: Mesh) -> Dict[str, jax.Array]:
+def shard_batch(
+    local_batch: Dict[str, np.ndarray], mesh: Mesh
+) -> Dict[str, jax.Array]:
   """This process's rows -> global arrays sharded along 'data'."""
   sharding = batch_sharding(mesh)
-  return {k: jax.make_array_from_process_local_data(sharding, v) for k, v in local_batch.items()}
+  return {
+      k: jax.make_array_from_process_local_data(sharding, v)
+      for k, v in local_batch.items()
+  }
 
 
-def shard_global_batch(batch: Dict[str, np.ndarray], mesh: Mesh) -> Dict[str, jax.Array]:
+def shard_global_batch(
+    batch: Dict[str, np.ndarray], mesh: Mesh
+) -> Dict[str, jax.Array]:
   """A global host batch (every process holds all rows) -> global arrays sharded along 'data'."""
   return shard_batch(local_part(batch, mesh), mesh)
 
@@ -168,12 +214,16 @@ def to_host(tree) -> Any:
 def pmap_batch(local_batch: Dict[str, np.ndarray]) -> Dict[str, np.ndarray]:
   """[rows, ...] -> [local devices, rows / local devices, ...] for pmap."""
   devices = jax.local_device_count()
-  return {k: v.reshape((devices, -1) + v.shape[1:]) for k, v in local_batch.items()}
+  return {
+      k: v.reshape((devices, -1) + v.shape[1:]) for k, v in local_batch.items()
+  }
 
 
 def to_pmap(tree):
   """Replicated global arrays -> per-local-device copies with a leading device axis."""
-  host = jax.tree_util.tree_map(lambda x: np.asarray(x.addressable_shards[0].data), tree)
+  host = jax.tree_util.tree_map(
+      lambda x: np.asarray(x.addressable_shards[0].data), tree
+  )
   return flax.jax_utils.replicate(host, devices=jax.local_devices())
 
 
@@ -184,14 +234,18 @@ def from_pmap(tree, mesh: Mesh):
   def merge(x):
     # Indexing x[0] would gather across devices; take each device's own copy instead.
     copies = [shard.data[0] for shard in x.addressable_shards]
-    return jax.make_array_from_single_device_arrays(x.shape[1:], sharding, copies)
+    return jax.make_array_from_single_device_arrays(
+        x.shape[1:], sharding, copies
+    )
 
   return jax.tree_util.tree_map(merge, tree)
 
 
 def first_replica(tree):
   """Host value of per-device results that are equal on every device (psum'd metrics)."""
-  return jax.tree_util.tree_map(lambda x: np.asarray(x.addressable_shards[0].data)[0], tree)
+  return jax.tree_util.tree_map(
+      lambda x: np.asarray(x.addressable_shards[0].data)[0], tree
+  )
 
 
 # ----------------------------------------------------------------- the train step

@@ -71,9 +71,9 @@ def init_state(config, model, optimizer, sharding, sample_batch) -> TrainState:
   """Step-0 state: parameters from config.seed, placed with `sharding`."""
 
   def init(key):
-    params = model.init(
-        key, sample_batch['source'], sample_batch['target_in']
-    )['params']
+    params = model.init(key, sample_batch['source'], sample_batch['target_in'])[
+        'params'
+    ]
     return TrainState(
         step=jnp.int32(0), params=params, opt_state=optimizer.init(params)
     )
@@ -103,8 +103,9 @@ def cross_entropy(logits, targets, label_smoothing: float = 0.0):
   return jnp.sum(loss * weights), jnp.sum(weights)
 
 
-def train_step(state: TrainState, batch, *, model, optimizer, config,
-               axis_name=None):
+def train_step(
+    state: TrainState, batch, *, model, optimizer, config, axis_name=None
+):
   """One update on a batch {'source', 'target_in', 'target_out'} [B, L].
 
   Returns (state, metric sums). Under pmap, `axis_name` names the device

@@ -21,7 +21,6 @@ Runs whose workdir already has eval_results.json are skipped, so re-running a sw
 resumes it (an interrupted run resumes from its last checkpoint).
 """
 
-import math
 import sys
 from typing import Dict
 
@@ -37,34 +36,83 @@ from nmt_jax.tools import sweep
 COMMANDS = ('run', 'aggregate', 'tau')
 
 _CONFIG = config_flags.DEFINE_config_file(
-    'config', None, 'run: the config of a --grid sweep; tau: the config of the trained workdir.',
-    lock_config=True)
-_SWEEP = flags.DEFINE_string('sweep', None, 'run: a sweep file (get_sweep(arg)), path[:arg].')
+    'config',
+    None,
+    'run: the config of a --grid sweep; tau: the config of the trained workdir.',
+    lock_config=True,
+)
+_SWEEP = flags.DEFINE_string(
+    'sweep', None, 'run: a sweep file (get_sweep(arg)), path[:arg].'
+)
 _GRID = flags.DEFINE_multi_string(
-    'grid', [], 'run: field=v1,v2,... (repeat the flag for a product over several fields).')
-_SET = flags.DEFINE_multi_string('set', [], 'run: field=value applied to every run of the sweep.')
-_ROOT = flags.DEFINE_string('root', None, 'run: parent of the runs\' workdirs; aggregate: '
-                            'every workdir below it.')
-_ONLY = flags.DEFINE_list('only', None, 'run: only the runs whose names match one of these '
-                         'shell patterns (e.g. --only=L100/no_attention,L100/memory_k64*).')
-_DRY_RUN = flags.DEFINE_bool('dry_run', False, 'run: print the commands instead of running them.')
-_SHARD = flags.DEFINE_string('shard', '0/1', 'run: i/n runs runs i, i+n, i+2n, ...')
-_MODE = flags.DEFINE_enum('mode', 'train', ['train', 'eval'], 'run: train (skips evaluated runs) '
-                          'or eval (evaluates every trained run again, e.g. to time decoding on '
-                          'a quiet machine; skips untrained ones).')
-_WORKDIRS = flags.DEFINE_list('workdirs', None, 'aggregate: workdirs (else --root); tau: -')
+    'grid',
+    [],
+    'run: field=v1,v2,... (repeat the flag for a product over several fields).',
+)
+_SET = flags.DEFINE_multi_string(
+    'set', [], 'run: field=value applied to every run of the sweep.'
+)
+_ROOT = flags.DEFINE_string(
+    'root',
+    None,
+    "run: parent of the runs' workdirs; aggregate: " 'every workdir below it.',
+)
+_ONLY = flags.DEFINE_list(
+    'only',
+    None,
+    'run: only the runs whose names match one of these '
+    'shell patterns (e.g. --only=L100/no_attention,L100/memory_k64*).',
+)
+_DRY_RUN = flags.DEFINE_bool(
+    'dry_run', False, 'run: print the commands instead of running them.'
+)
+_SHARD = flags.DEFINE_string(
+    'shard', '0/1', 'run: i/n runs runs i, i+n, i+2n, ...'
+)
+_MODE = flags.DEFINE_enum(
+    'mode',
+    'train',
+    ['train', 'eval'],
+    'run: train (skips evaluated runs) '
+    'or eval (evaluates every trained run again, e.g. to time decoding on '
+    'a quiet machine; skips untrained ones).',
+)
+_WORKDIRS = flags.DEFINE_list(
+    'workdirs', None, 'aggregate: workdirs (else --root); tau: -'
+)
 _WORKDIR = flags.DEFINE_string('workdir', None, 'tau: the trained workdir.')
-_CSV = flags.DEFINE_string('csv', None, 'aggregate: write the table as CSV here.')
-_MARKDOWN = flags.DEFINE_string('markdown', None, 'aggregate: write a markdown table here.')
-_PIVOT = flags.DEFINE_string('pivot', None, 'aggregate: also a table with one row per model and '
-                             'the --pivot_values under each value of this column (e.g. L: the '
-                             'layout of Britz et al.\'s Table 1).')
-_PIVOT_VALUES = flags.DEFINE_list('pivot_values', ['bleu', 'decode_s'], 'aggregate: the columns '
-                                  'shown under each value of --pivot.')
-_PLOTS = flags.DEFINE_string('plots', None, 'aggregate: write the standard plots (PNG) into '
-                             'this directory (see write_plots).')
-_TAUS = flags.DEFINE_list('taus', [str(t) for t in sweep.SHU_TAUS], 'tau: thresholds (inf = no pruning).')
-_BEAM = flags.DEFINE_integer('beam_size', 1, 'tau: beam size of the decoding at each tau.')
+_CSV = flags.DEFINE_string(
+    'csv', None, 'aggregate: write the table as CSV here.'
+)
+_MARKDOWN = flags.DEFINE_string(
+    'markdown', None, 'aggregate: write a markdown table here.'
+)
+_PIVOT = flags.DEFINE_string(
+    'pivot',
+    None,
+    'aggregate: also a table with one row per model and '
+    'the --pivot_values under each value of this column (e.g. L: the '
+    "layout of Britz et al.'s Table 1).",
+)
+_PIVOT_VALUES = flags.DEFINE_list(
+    'pivot_values',
+    ['bleu', 'decode_s'],
+    'aggregate: the columns ' 'shown under each value of --pivot.',
+)
+_PLOTS = flags.DEFINE_string(
+    'plots',
+    None,
+    'aggregate: write the standard plots (PNG) into '
+    'this directory (see write_plots).',
+)
+_TAUS = flags.DEFINE_list(
+    'taus',
+    [str(t) for t in sweep.SHU_TAUS],
+    'tau: thresholds (inf = no pruning).',
+)
+_BEAM = flags.DEFINE_integer(
+    'beam_size', 1, 'tau: beam size of the decoding at each tau.'
+)
 
 
 def _common_overrides() -> Dict[str, object]:
@@ -73,66 +121,94 @@ def _common_overrides() -> Dict[str, object]:
 
 def main(argv):
   if len(argv) != 2 or argv[1] not in COMMANDS:
-    raise app.UsageError(f'give one command: {" | ".join(COMMANDS)} (see the module docstring)')
+    raise app.UsageError(
+        f'give one command: {" | ".join(COMMANDS)} (see the module docstring)'
+    )
   command = argv[1]
   try:
     if command == 'run':
       if not _ROOT.value:
-        raise errors.ConfigError('run needs --root=DIR, the parent of the runs\' workdirs')
+        raise errors.ConfigError(
+            "run needs --root=DIR, the parent of the runs' workdirs"
+        )
       if bool(_SWEEP.value) == bool(_CONFIG.value is not None and _GRID.value):
-        raise errors.ConfigError('run needs either --sweep=FILE[:arg] or --config=FILE with '
-                                 '--grid=field=v1,v2 (not both)')
+        raise errors.ConfigError(
+            'run needs either --sweep=FILE[:arg] or --config=FILE with '
+            '--grid=field=v1,v2 (not both)'
+        )
       if _SWEEP.value:
         runs = sweep.load_sweep(_SWEEP.value, _common_overrides())
       else:
         flag = flags.FLAGS['config']
         config_arg = config_flags.get_config_filename(flag)
-        overrides = {k: v for k, v in config_flags.get_override_values(flag).items()}
-        runs = sweep.grid_runs(config_arg, _GRID.value, {**overrides, **_common_overrides()})
+        overrides = {
+            k: v for k, v in config_flags.get_override_values(flag).items()
+        }
+        runs = sweep.grid_runs(
+            config_arg, _GRID.value, {**overrides, **_common_overrides()}
+        )
       if _ONLY.value:
         runs = sweep.select_runs(runs, _ONLY.value)
       index, count = sweep.parse_shard(_SHARD.value)
       runs = runs[index::count]
       failed = sweep.run_sweep(runs, _ROOT.value, _DRY_RUN.value, _MODE.value)
       if failed:
-        print(f'error: {len(failed)} of {len(runs)} runs failed: {", ".join(failed)} '
-              f'(logs in {_ROOT.value}/logs/; re-run the same command to retry them)',
-              file=sys.stderr)
+        print(
+            f'error: {len(failed)} of {len(runs)} runs failed: {", ".join(failed)} '
+            f'(logs in {_ROOT.value}/logs/; re-run the same command to retry them)',
+            file=sys.stderr,
+        )
         sys.exit(1)
     elif command == 'aggregate':
       known = [c for c, _ in runs_lib.COLUMNS]
-      for name in ([_PIVOT.value] + _PIVOT_VALUES.value) if _PIVOT.value else []:
+      for name in (
+          ([_PIVOT.value] + _PIVOT_VALUES.value) if _PIVOT.value else []
+      ):
         if name not in known:
-          raise errors.ConfigError(f'--pivot/--pivot_values: {name!r} is not a column; use one '
-                                   f'of {", ".join(known)}')
-      workdirs = _WORKDIRS.value or (runs_lib.find_workdirs(_ROOT.value) if _ROOT.value else [])
+          raise errors.ConfigError(
+              f'--pivot/--pivot_values: {name!r} is not a column; use one '
+              f'of {", ".join(known)}'
+          )
+      workdirs = _WORKDIRS.value or (
+          runs_lib.find_workdirs(_ROOT.value) if _ROOT.value else []
+      )
       if not workdirs:
-        raise errors.ConfigError('aggregate found no workdirs: give --workdirs=A,B or --root=DIR '
-                                 'holding workdirs (directories with config.json)')
+        raise errors.ConfigError(
+            'aggregate found no workdirs: give --workdirs=A,B or --root=DIR '
+            'holding workdirs (directories with config.json)'
+        )
       rows = runs_lib.results_table(workdirs, root=_ROOT.value)
       if _CSV.value:
         runs_lib.write_csv(rows, _CSV.value)
       table = runs_lib.markdown_table(rows)
       if _PIVOT.value:
         try:
-          table += '\n\n' + runs_lib.pivot_table(rows, _PIVOT.value, _PIVOT_VALUES.value)
+          table += '\n\n' + runs_lib.pivot_table(
+              rows, _PIVOT.value, _PIVOT_VALUES.value
+          )
         except ValueError as e:
           raise errors.ConfigError(str(e)) from None
       if _MARKDOWN.value:
         with open(_MARKDOWN.value, 'w', encoding='utf-8') as f:
           f.write(table + '\n')
       if _PLOTS.value:
-        for path in sweep.write_plots(workdirs, rows, _PLOTS.value, _ROOT.value):
+        for path in sweep.write_plots(
+            workdirs, rows, _PLOTS.value, _ROOT.value
+        ):
           logging.info('wrote %s', path)
       print(table)
     else:
       if _CONFIG.value is None or not _WORKDIR.value:
-        raise errors.ConfigError('tau needs --config=FILE (as trained) and --workdir=DIR')
+        raise errors.ConfigError(
+            'tau needs --config=FILE (as trained) and --workdir=DIR'
+        )
       try:
         taus = [float(t) for t in _TAUS.value]
       except ValueError:
-        raise errors.ConfigError(f'--taus={",".join(_TAUS.value)} must be numbers '
-                                 '(inf = no pruning)') from None
+        raise errors.ConfigError(
+            f'--taus={",".join(_TAUS.value)} must be numbers '
+            '(inf = no pruning)'
+        ) from None
       sweep.tau_sweep(_CONFIG.value, _WORKDIR.value, taus, _BEAM.value)
   except errors.UserError as e:
     print(f'error: {e}', file=sys.stderr)

@@ -47,7 +47,9 @@ def make_mesh(config):
   """The device mesh, checked against the training batch (before anything is built)."""
   mesh = parallel.make_mesh(config.parallel.mesh_shape)
   parallel.check_divisible(config.train.batch_size, mesh, 'train.batch_size')
-  if config.data.batch_tokens:  # every bucket holds a batch of one row per device
+  if (
+      config.data.batch_tokens
+  ):  # every bucket holds a batch of one row per device
     longest = config.data.max_length + 1
     boundaries = batching.bucket_boundaries(longest, config.data.num_buckets)
     batching.batch_sizes(
@@ -200,7 +202,10 @@ def train_and_evaluate(config, workdir: str) -> Dict[str, Any]:
         writer.write_text(done, 'valid/samples', _samples(task, hypotheses))
         logging.info(
             'step %d validation | loss %.4f | BLEU %.2f | avg window %.1f',
-            done, result['loss'], result['bleu'], result['avg_window'],
+            done,
+            result['loss'],
+            result['bleu'],
+            result['avg_window'],
         )
       if save:
         meta = workdirs.checkpoint_meta(
@@ -314,7 +319,10 @@ def _log_batch(config, batches, mesh):
     batch = config.train.batch_size
   logging.info(
       'global batch %s over %d device(s) in %d process(es), parallel.mode=%s',
-      batch, mesh.devices.size, jax.process_count(), config.parallel.mode,
+      batch,
+      mesh.devices.size,
+      jax.process_count(),
+      config.parallel.mode,
   )
 
 
@@ -325,8 +333,13 @@ def _log_progress(step, num_steps, record, seconds_per_step):
     per_device = f' ({record["tokens_per_sec_per_device"]:,.0f} per device)'
   logging.info(
       'step %d/%d | loss %.4f | %s tgt tok/s%s | lr %.2e | ETA %s',
-      step, num_steps, record['loss'], f'{record["tokens_per_sec"]:,.0f}',
-      per_device, record['learning_rate'], _duration(eta),
+      step,
+      num_steps,
+      record['loss'],
+      f'{record["tokens_per_sec"]:,.0f}',
+      per_device,
+      record['learning_rate'],
+      _duration(eta),
   )
 
 

@@ -39,9 +39,13 @@ class Vocab:
   def __len__(self):
     return len(self.tokens)
 
-  def encode_lines(self, texts: Sequence[str], first_line: int = 1) -> List[List[int]]:
+  def encode_lines(
+      self, texts: Sequence[str], first_line: int = 1
+  ) -> List[List[int]]:
     """encode() of each text; errors name the line (first_line + index)."""
-    return [self.encode(text, line=first_line + i) for i, text in enumerate(texts)]
+    return [
+        self.encode(text, line=first_line + i) for i, text in enumerate(texts)
+    ]
 
   def encode(self, text: str, line: int = 0) -> List[int]:
     """'a b c' -> [ids..., EOS]."""
@@ -55,7 +59,8 @@ class Vocab:
         where = f' on line {line}' if line else ''
         raise VocabError(
             f'token {token!r}{where} is not in the vocabulary ({self.describe()}); '
-            'use only those tokens, separated by spaces')
+            'use only those tokens, separated by spaces'
+        )
     return ids + [EOS]
 
   def decode(self, ids: Iterable[int]) -> str:
@@ -76,7 +81,7 @@ class Vocab:
       f.write(''.join(t + '\n' for t in self.tokens))
 
   def describe(self) -> str:
-    shown = self.tokens[len(SPECIALS):]
+    shown = self.tokens[len(SPECIALS) :]
     head = ' '.join(shown[:8]) + (' ...' if len(shown) > 8 else '')
     return f'{len(shown)} tokens: {head}'
 
@@ -88,9 +93,14 @@ def word_counts(texts: Iterable[str], split=str.split) -> collections.Counter:
   return counts
 
 
-def most_frequent(counts: collections.Counter, min_count: int, max_size: int) -> List[str]:
+def most_frequent(
+    counts: collections.Counter, min_count: int, max_size: int
+) -> List[str]:
   """Tokens seen at least min_count times, most frequent first (ties by token), at most max_size."""
-  kept = sorted((t for t, c in counts.items() if c >= min_count), key=lambda t: (-counts[t], t))
+  kept = sorted(
+      (t for t, c in counts.items() if c >= min_count),
+      key=lambda t: (-counts[t], t),
+  )
   return kept[:max_size] if max_size else kept
 
 
@@ -114,11 +124,18 @@ class SentencePieceVocab:
 
   def __init__(self, model_proto: bytes):
     self.model_proto = model_proto
-    self.processor = sentencepiece.SentencePieceProcessor(model_proto=model_proto)
-    self.tokens = [self.processor.id_to_piece(i) for i in range(self.processor.get_piece_size())]
-    if tuple(self.tokens[:len(SPECIALS)]) != SPECIALS:
-      raise VocabError('this SentencePiece model does not reserve ids 0-3 for <pad> <s> </s> '
-                       '<unk>; build the vocabulary with nmt_jax (--mode=prepare)')
+    self.processor = sentencepiece.SentencePieceProcessor(
+        model_proto=model_proto
+    )
+    self.tokens = [
+        self.processor.id_to_piece(i)
+        for i in range(self.processor.get_piece_size())
+    ]
+    if tuple(self.tokens[: len(SPECIALS)]) != SPECIALS:
+      raise VocabError(
+          'this SentencePiece model does not reserve ids 0-3 for <pad> <s> </s> '
+          '<unk>; build the vocabulary with nmt_jax (--mode=prepare)'
+      )
 
   def __len__(self):
     return len(self.tokens)
@@ -127,7 +144,9 @@ class SentencePieceVocab:
     del line  # every text encodes (unknown characters become <unk>)
     return self.processor.encode(text) + [EOS]
 
-  def encode_lines(self, texts: Sequence[str], first_line: int = 1) -> List[List[int]]:
+  def encode_lines(
+      self, texts: Sequence[str], first_line: int = 1
+  ) -> List[List[int]]:
     """encode() of each text, in one call (SentencePiece's batch encoder, ~1.7x faster)."""
     del first_line
     return [ids + [EOS] for ids in self.processor.encode(list(texts))]
@@ -151,7 +170,11 @@ class SentencePieceVocab:
 
 
 VOCAB_KINDS = ('sentencepiece', 'word', 'char')
-FILE_NAMES = {'sentencepiece': 'spm_{}.model', 'word': 'words_{}.txt', 'char': 'chars_{}.txt'}
+FILE_NAMES = {
+    'sentencepiece': 'spm_{}.model',
+    'word': 'words_{}.txt',
+    'char': 'chars_{}.txt',
+}
 
 
 def vocab_path(directory: str, kind: str, side: str) -> str:
@@ -159,10 +182,16 @@ def vocab_path(directory: str, kind: str, side: str) -> str:
   return os.path.join(directory, FILE_NAMES[kind].format(side))
 
 
-def build_vocab(kind: str, texts: Sequence[str], size: int, min_count: int = 1,
-                model_type: str = 'bpe'):
+def build_vocab(
+    kind: str,
+    texts: Sequence[str],
+    size: int,
+    min_count: int = 1,
+    model_type: str = 'bpe',
+):
   """A vocabulary of `kind` from training texts; `size` caps word/char vocabularies
-  (0 = no cap) and is the SentencePiece vocabulary size (reserved ids included)."""
+  (0 = no cap) and is the SentencePiece vocabulary size (reserved ids included).
+  """
   if not texts:
     raise VocabError('no training text to build the vocabulary from')
   if kind == 'word':
@@ -173,36 +202,54 @@ def build_vocab(kind: str, texts: Sequence[str], size: int, min_count: int = 1,
   model = io.BytesIO()
   try:
     sentencepiece.SentencePieceTrainer.train(
-        sentence_iterator=iter(texts), model_writer=model, vocab_size=size,
-        model_type=model_type, character_coverage=1.0, minloglevel=2,
-        input_sentence_size=2_000_000, shuffle_input_sentence=True,
-        pad_id=PAD, bos_id=BOS, eos_id=EOS, unk_id=UNK, pad_piece=SPECIALS[PAD],
-        bos_piece=SPECIALS[BOS], eos_piece=SPECIALS[EOS], unk_piece=SPECIALS[UNK])
+        sentence_iterator=iter(texts),
+        model_writer=model,
+        vocab_size=size,
+        model_type=model_type,
+        character_coverage=1.0,
+        minloglevel=2,
+        input_sentence_size=2_000_000,
+        shuffle_input_sentence=True,
+        pad_id=PAD,
+        bos_id=BOS,
+        eos_id=EOS,
+        unk_id=UNK,
+        pad_piece=SPECIALS[PAD],
+        bos_piece=SPECIALS[BOS],
+        eos_piece=SPECIALS[EOS],
+        unk_piece=SPECIALS[UNK],
+    )
   except RuntimeError as e:
     detail = str(e).strip().splitlines()[-1]
-    raise VocabError(f'SentencePiece could not build a {size}-piece vocabulary ({detail}); '
-                     'lower data.vocab.size') from None
+    raise VocabError(
+        f'SentencePiece could not build a {size}-piece vocabulary ({detail}); '
+        'lower data.vocab.size'
+    ) from None
   return SentencePieceVocab(model.getvalue())
 
 
 def load_vocab(kind: str, path: str):
   if not os.path.exists(path):
-    raise VocabError(f'vocabulary file {path} is missing; build it with --mode=prepare '
-                     '(same --config and --workdir)')
+    raise VocabError(
+        f'vocabulary file {path} is missing; build it with --mode=prepare '
+        '(same --config and --workdir)'
+    )
   if kind == 'sentencepiece':
     with open(path, 'rb') as f:
       return SentencePieceVocab(f.read())
   with open(path, encoding='utf-8') as f:
     tokens = [line.rstrip('\n') for line in f]
-  if tuple(tokens[:len(SPECIALS)]) != SPECIALS:
-    raise VocabError(f'vocabulary file {path} does not start with {" ".join(SPECIALS)}; '
-                     'rebuild it with --mode=prepare')
-  return (CharVocab if kind == 'char' else Vocab)(tokens[len(SPECIALS):])
+  if tuple(tokens[: len(SPECIALS)]) != SPECIALS:
+    raise VocabError(
+        f'vocabulary file {path} does not start with {" ".join(SPECIALS)}; '
+        'rebuild it with --mode=prepare'
+    )
+  return (CharVocab if kind == 'char' else Vocab)(tokens[len(SPECIALS) :])
 
 
 def pad_batch(sequences: Sequence[np.ndarray], length: int) -> np.ndarray:
   """Right-pads int sequences with PAD to [len(sequences), length]."""
   out = np.full((len(sequences), length), PAD, np.int32)
   for row, seq in enumerate(sequences):
-    out[row, :len(seq)] = seq
+    out[row, : len(seq)] = seq
   return out

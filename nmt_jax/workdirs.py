@@ -93,8 +93,9 @@ def _merge(config, stored: Dict[str, Any]):
       config[key] = tuple(value) if isinstance(current, tuple) else value
 
 
-def checkpoint_meta(config, task: dataset.Task, step: int,
-                    validation: Optional[Dict] = None):
+def checkpoint_meta(
+    config, task: dataset.Task, step: int, validation: Optional[Dict] = None
+):
   """The JSON saved with every checkpoint: config, vocabularies, validation."""
   return {
       'step': int(step),
@@ -107,8 +108,10 @@ def checkpoint_meta(config, task: dataset.Task, step: int,
 
 def check_vocab(meta: Dict, task: dataset.Task, where: str):
   """A checkpoint restores only with the vocabularies it was trained with."""
-  for side, vocab in (('source', task.source_vocab),
-                      ('target', task.target_vocab)):
+  for side, vocab in (
+      ('source', task.source_vocab),
+      ('target', task.target_vocab),
+  ):
     stored = meta.get(f'{side}_vocab')
     if stored is not None and stored != vocab.tokens:
       raise CheckpointError(

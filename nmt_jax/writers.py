@@ -23,7 +23,7 @@ def _jsonable(value):
     return int(value)
   if isinstance(value, numbers.Real):
     value = float(value)
-    return value if math.isfinite(value) else str(value)   # JSON has no NaN/inf
+    return value if math.isfinite(value) else str(value)  # JSON has no NaN/inf
   return value
 
 
@@ -36,7 +36,9 @@ class MetricWriter:
     self._tensorboard = None
     if not enabled:
       return
-    self._jsonl = open(os.path.join(workdir, 'metrics.jsonl'), 'a', encoding='utf-8')
+    self._jsonl = open(
+        os.path.join(workdir, 'metrics.jsonl'), 'a', encoding='utf-8'
+    )
     self._tensorboard = tensorboardX.SummaryWriter(logdir=workdir)
 
   def write(self, step: int, split: str, metrics: Dict[str, Any]):
@@ -84,4 +86,7 @@ class QuietLibraries:
   their warnings."""
 
   def filter(self, record):
-    return record.levelno >= std_logging.WARNING or '/orbax/' not in record.pathname
+    return (
+        record.levelno >= std_logging.WARNING
+        or '/orbax/' not in record.pathname
+    )

@@ -6,9 +6,11 @@ import numpy as np
 from nmt_jax import default_config
 from nmt_jax import models
 from nmt_jax import validation
-from nmt_jax.vocab import BOS, EOS, PAD
+from nmt_jax.vocab import BOS
+from nmt_jax.vocab import EOS
+from nmt_jax.vocab import PAD
 
-VOCAB = 10   # 4 reserved ids + 6 symbols, as the 'tiny' preset
+VOCAB = 10  # 4 reserved ids + 6 symbols, as the 'tiny' preset
 
 
 def tiny_config(kind='global', score='general', **model):
@@ -34,12 +36,14 @@ def random_batch(rng, batch, src_len, tgt_len, min_len=1):
   source = np.full((batch, src_len), PAD, np.int32)
   target_out = np.full((batch, tgt_len), PAD, np.int32)
   for b in range(batch):
-    n = rng.integers(min_len, src_len)           # tokens before EOS
+    n = rng.integers(min_len, src_len)  # tokens before EOS
     source[b, :n] = rng.integers(4, VOCAB, n)
     source[b, n] = EOS
     m = rng.integers(min_len, tgt_len)
     target_out[b, :m] = rng.integers(4, VOCAB, m)
     target_out[b, m] = EOS
-  target_in = np.concatenate([np.full((batch, 1), BOS, np.int32), target_out[:, :-1]], 1)
+  target_in = np.concatenate(
+      [np.full((batch, 1), BOS, np.int32), target_out[:, :-1]], 1
+  )
   target_in[target_out == PAD] = PAD
   return source, target_in, target_out

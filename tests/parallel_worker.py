@@ -42,9 +42,15 @@ def main():
   config.model.dropout = 0.0 if args.no_dropout else 0.2
   setup = train.build(validation.resolve(config))
   runner = parallel.data_parallel_step(
-      functools.partial(steps.train_step, model=setup.model, optimizer=setup.optimizer,
-                        config=setup.config),
-      config.parallel.mode, setup.mesh)
+      functools.partial(
+          steps.train_step,
+          model=setup.model,
+          optimizer=setup.optimizer,
+          config=setup.config,
+      ),
+      config.parallel.mode,
+      setup.mesh,
+  )
   rows = parallel.process_rows(config.train.batch_size, setup.mesh)
 
   state, start = setup.state, 0
@@ -64,9 +70,16 @@ def main():
       ckpts.save(step + 1, runner.to_global(state), {'step': step + 1})
       ckpts.close()
   params = parallel.to_host(runner.to_global(state).params)
-  flat = {jax.tree_util.keystr(path): np.asarray(value)
-          for path, value in jax.tree_util.tree_flatten_with_path(params)[0]}
-  np.savez(args.out, losses=np.asarray(losses), devices=setup.mesh.devices.size, **flat)
+  flat = {
+      jax.tree_util.keystr(path): np.asarray(value)
+      for path, value in jax.tree_util.tree_flatten_with_path(params)[0]
+  }
+  np.savez(
+      args.out,
+      losses=np.asarray(losses),
+      devices=setup.mesh.devices.size,
+      **flat
+  )
 
 
 if __name__ == '__main__':

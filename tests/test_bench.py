@@ -14,46 +14,82 @@ pytestmark = pytest.mark.slow
 
 
 def bench(*args):
-  result = subprocess.run([sys.executable, '-m', 'nmt_jax.bench', *args], cwd=ROOT,
-                          env=conftest.subprocess_env(), capture_output=True, text=True, timeout=600)
+  result = subprocess.run(
+      [sys.executable, '-m', 'nmt_jax.bench', *args],
+      cwd=ROOT,
+      env=conftest.subprocess_env(),
+      capture_output=True,
+      text=True,
+      timeout=600,
+  )
   assert result.returncode == 0, result.stderr[-3000:]
   return result
 
 
 def test_bench_train_json(tmp_path):
   path = tmp_path / 'train.json'
-  out = bench('train', '--config=configs/global_general.py:tiny', '--steps=2', '--repeats=1',
-              '--threads=1', f'--json={path}')
+  out = bench(
+      'train',
+      '--config=configs/global_general.py:tiny',
+      '--steps=2',
+      '--repeats=1',
+      '--threads=1',
+      f'--json={path}',
+  )
   result = json.loads(path.read_text())
   assert result['threads'] == 1
-  for key in ('tokens_per_sec', 'compile_s', 'peak_rss_mb', 'fraction_of_matmul_rate'):
+  for key in (
+      'tokens_per_sec',
+      'compile_s',
+      'peak_rss_mb',
+      'fraction_of_matmul_rate',
+  ):
     assert result['this'][key] > 0, key
   assert 'tokens_per_sec' in out.stdout
 
 
 def test_bench_decode_json_with_compare(tmp_path):
   path = tmp_path / 'decode.json'
-  bench('decode', '--config=configs/memory_k64.py:tiny', '--compare=configs/global_concat.py:tiny',
-        '--repeats=1', '--num_sentences=8', f'--json={path}')
+  bench(
+      'decode',
+      '--config=configs/memory_k64.py:tiny',
+      '--compare=configs/global_concat.py:tiny',
+      '--repeats=1',
+      '--num_sentences=8',
+      f'--json={path}',
+  )
   result = json.loads(path.read_text())
   for name in ('this', 'other'):
     for mode in ('greedy', 'beam2', 'forced'):
       figures = result[name][mode]
       assert figures['ms_per_sentence'] > 0 and figures['sentences_per_sec'] > 0
       assert figures['avg_window'] > 0 and figures['compile_s'] > 0
-  assert result['this']['greedy']['avg_window'] == 64           # K memory slots (memory_k64)
+  # K memory slots (memory_k64)
+  assert result['this']['greedy']['avg_window'] == 64
   assert set(result['speedup']) == {'greedy', 'beam2', 'forced'}
 
 
 def test_bench_data_json_on_a_synthetic_corpus(tmp_path):
   path = tmp_path / 'data.json'
-  bench('data', '--config=configs/global_general.py:tiny', '--synthetic=400', '--steps=5',
-        '--train_steps=2', '--config.data.vocab.kind=word', '--config.data.max_length=40',
-        '--config.data.batch_tokens=200', f'--json={path}')
+  bench(
+      'data',
+      '--config=configs/global_general.py:tiny',
+      '--synthetic=400',
+      '--steps=5',
+      '--train_steps=2',
+      '--config.data.vocab.kind=word',
+      '--config.data.max_length=40',
+      '--config.data.batch_tokens=200',
+      f'--json={path}',
+  )
   result = json.loads(path.read_text())['this']
   assert result['corpus'] == 'synthetic' and 0 < result['train_pairs'] <= 400
-  for key in ('load_sentences_per_sec', 'pipeline_sentences_per_sec', 'train_sentences_per_sec',
-              'pipeline_over_training'):
+  for key in (
+      'load_sentences_per_sec',
+      'pipeline_sentences_per_sec',
+      'train_sentences_per_sec',
+      'pipeline_over_training',
+  ):
     assert result[key] > 0, key
   # Batches by tokens: at most 200 padded tokens, so fewer sentences than the longest bucket allows.
   assert result['sentences_per_batch'] <= 200 // 11

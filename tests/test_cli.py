@@ -23,9 +23,15 @@ pytestmark = pytest.mark.slow
 
 
 def nmt(*args, check=True, input_text=None, timeout=600):
-  result = subprocess.run([sys.executable, '-m', 'nmt_jax.main', *args], cwd=ROOT,
-                          env=conftest.subprocess_env(), capture_output=True, text=True,
-                          input=input_text, timeout=timeout)
+  result = subprocess.run(
+      [sys.executable, '-m', 'nmt_jax.main', *args],
+      cwd=ROOT,
+      env=conftest.subprocess_env(),
+      capture_output=True,
+      text=True,
+      input=input_text,
+      timeout=timeout,
+  )
   if check and result.returncode != 0:
     raise AssertionError(f'exit {result.returncode}\n{result.stderr[-3000:]}')
   return result
@@ -38,26 +44,37 @@ def snapshot(workdir):
     for name in files:
       path = os.path.join(base, name)
       with open(path, 'rb') as f:
-        digest[os.path.relpath(path, workdir)] = hashlib.sha256(f.read()).hexdigest()
+        digest[os.path.relpath(path, workdir)] = hashlib.sha256(
+            f.read()
+        ).hexdigest()
   return digest
 
 
 def final_params(workdir, step):
-  from nmt_jax import checkpoint  # pylint: disable=g-import-not-at-top
   import jax  # pylint: disable=g-import-not-at-top
+
+  from nmt_jax import checkpoint  # pylint: disable=g-import-not-at-top
+
   ckpts = checkpoint.Checkpoints(workdir, create=False)
   try:
     # Onto this process's first device, whatever device count wrote it.
     sharding = jax.sharding.SingleDeviceSharding(jax.devices()[0])
-    target = jax.tree_util.tree_map(lambda m: jax.ShapeDtypeStruct(m.shape, m.dtype,
-                                                                   sharding=sharding),
-                                    ckpts.manager.item_metadata(step)['state'])
-    restored = ckpts.manager.restore(step, args=checkpoint.ocp.args.Composite(
-        state=checkpoint.ocp.args.StandardRestore(target)))
+    target = jax.tree_util.tree_map(
+        lambda m: jax.ShapeDtypeStruct(m.shape, m.dtype, sharding=sharding),
+        ckpts.manager.item_metadata(step)['state'],
+    )
+    restored = ckpts.manager.restore(
+        step,
+        args=checkpoint.ocp.args.Composite(
+            state=checkpoint.ocp.args.StandardRestore(target)
+        ),
+    )
   finally:
     ckpts.close()
-  return {jax.tree_util.keystr(p): np.asarray(v)
-          for p, v in jax.tree_util.tree_flatten_with_path(restored.state)[0]}
+  return {
+      jax.tree_util.keystr(p): np.asarray(v)
+      for p, v in jax.tree_util.tree_flatten_with_path(restored.state)[0]
+  }
 
 
 @pytest.fixture(scope='module')
@@ -69,7 +86,12 @@ def trained(tmp_path_factory):
 
 def test_train_writes_the_workdir_contract(trained):
   names = set(os.listdir(trained))
-  assert {'config.json', 'checkpoints', 'metrics.jsonl', 'eval_results.json'} <= names
+  assert {
+      'config.json',
+      'checkpoints',
+      'metrics.jsonl',
+      'eval_results.json',
+  } <= names
   assert any(n.startswith('events.out.tfevents') for n in names)
   with open(os.path.join(trained, 'metrics.jsonl')) as f:
     records = [json.loads(line) for line in f]
@@ -94,36 +116,63 @@ def test_eval_and_translate_modes(trained, tmp_path):
   source = tmp_path / 'input.txt'
   source.write_text('a b c\nf e d c b a\n\nb\n')
   target = tmp_path / 'output.txt'
-  nmt(f'--config={CONFIG}', f'--workdir={trained}', '--mode=translate', f'--input={source}',
-      f'--output={target}', *QUICK)
+  nmt(
+      f'--config={CONFIG}',
+      f'--workdir={trained}',
+      '--mode=translate',
+      f'--input={source}',
+      f'--output={target}',
+      *QUICK,
+  )
   lines = target.read_text().splitlines()
-  assert len(lines) == 3                  # the empty line is skipped
+  assert len(lines) == 3  # the empty line is skipped
   assert all(set(line.split()) <= set('abcdef') for line in lines)
-  piped = nmt(f'--config={CONFIG}', f'--workdir={trained}', '--mode=translate', *QUICK,
-              input_text='a b c\n')
+  piped = nmt(
+      f'--config={CONFIG}',
+      f'--workdir={trained}',
+      '--mode=translate',
+      *QUICK,
+      input_text='a b c\n',
+  )
   assert piped.stdout.splitlines() == lines[:1]
   assert snapshot(os.path.join(trained, 'checkpoints')) == before
 
 
 def test_resume_after_sigkill_follows_the_uninterrupted_run(tmp_path):
-  args = [f'--config={CONFIG}', *QUICK, '--config.train.num_steps=300',
-          '--config.train.checkpoint_every=25', '--config.train.eval_every=1000',
-          '--config.train.log_every=25', '--config.train.keep_checkpoints=20']
-  straight, interrupted = str(tmp_path / 'straight'), str(tmp_path / 'interrupted')
+  args = [
+      f'--config={CONFIG}',
+      *QUICK,
+      '--config.train.num_steps=300',
+      '--config.train.checkpoint_every=25',
+      '--config.train.eval_every=1000',
+      '--config.train.log_every=25',
+      '--config.train.keep_checkpoints=20',
+  ]
+  straight, interrupted = str(tmp_path / 'straight'), str(
+      tmp_path / 'interrupted'
+  )
   nmt(*args, f'--workdir={straight}')
 
-  process = subprocess.Popen([sys.executable, '-m', 'nmt_jax.main', *args,
-                              f'--workdir={interrupted}'], cwd=ROOT, env=conftest.subprocess_env(),
-                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+  process = subprocess.Popen(
+      [sys.executable, '-m', 'nmt_jax.main', *args, f'--workdir={interrupted}'],
+      cwd=ROOT,
+      env=conftest.subprocess_env(),
+      stdout=subprocess.DEVNULL,
+      stderr=subprocess.DEVNULL,
+  )
   checkpoints = os.path.join(interrupted, 'checkpoints')
   deadline = time.time() + 300
   while time.time() < deadline and process.poll() is None:
-    if os.path.isdir(checkpoints) and any(n.isdigit() for n in os.listdir(checkpoints)):
+    if os.path.isdir(checkpoints) and any(
+        n.isdigit() for n in os.listdir(checkpoints)
+    ):
       break
     time.sleep(0.02)
   process.send_signal(signal.SIGKILL)
   process.wait()
-  assert process.returncode == -signal.SIGKILL, 'the run ended before it could be killed'
+  assert (
+      process.returncode == -signal.SIGKILL
+  ), 'the run ended before it could be killed'
   steps = [int(n) for n in os.listdir(checkpoints) if n.isdigit()]
   assert steps and max(steps) < 300, steps
 
@@ -143,32 +192,47 @@ def _expect_error(result, *fragments):
   assert 'Traceback' not in result.stderr
 
 
-@pytest.mark.parametrize('override,fragment', [
-    ('--config.model.attention.kind=bogus', 'model.attention.kind'),
-    ('--config.model.attention.score=dotty', 'model.attention.score'),
-    ('--config.model.hiden_size=8', 'Did you mean "hidden_size"'),
-    ('--config.model.hidden_size=0', 'model.hidden_size=0 must be > 0'),
-    ('--config.decode.beam_size=0', 'decode.beam_size=0 must be > 0'),
-    ('--config.train.batch_size=-4', 'train.batch_size=-4'),
-])
-def test_config_errors_are_one_line_and_touch_nothing(trained, override, fragment):
+@pytest.mark.parametrize(
+    'override,fragment',
+    [
+        ('--config.model.attention.kind=bogus', 'model.attention.kind'),
+        ('--config.model.attention.score=dotty', 'model.attention.score'),
+        ('--config.model.hiden_size=8', 'Did you mean "hidden_size"'),
+        ('--config.model.hidden_size=0', 'model.hidden_size=0 must be > 0'),
+        ('--config.decode.beam_size=0', 'decode.beam_size=0 must be > 0'),
+        ('--config.train.batch_size=-4', 'train.batch_size=-4'),
+    ],
+)
+def test_config_errors_are_one_line_and_touch_nothing(
+    trained, override, fragment
+):
   before = snapshot(trained)
-  _expect_error(nmt(f'--config={CONFIG}', f'--workdir={trained}', override, check=False), fragment)
+  _expect_error(
+      nmt(f'--config={CONFIG}', f'--workdir={trained}', override, check=False),
+      fragment,
+  )
   assert snapshot(trained) == before
 
 
 def test_unwritable_workdir(tmp_path):
   blocker = tmp_path / 'a_file'
   blocker.write_text('not a directory')
-  _expect_error(nmt(f'--config={CONFIG}', f'--workdir={blocker}/run', check=False), 'not writable')
+  _expect_error(
+      nmt(f'--config={CONFIG}', f'--workdir={blocker}/run', check=False),
+      'not writable',
+  )
 
 
 def test_checkpoint_of_another_config_is_refused(trained, tmp_path):
   workdir = str(tmp_path / 'copy')
   shutil.copytree(trained, workdir)
   before = snapshot(workdir)
-  result = nmt(f'--config={CONFIG}', f'--workdir={workdir}', '--config.model.hidden_size=32',
-               check=False)
+  result = nmt(
+      f'--config={CONFIG}',
+      f'--workdir={workdir}',
+      '--config.model.hidden_size=32',
+      check=False,
+  )
   _expect_error(result, 'does not match', 'shape')
   assert snapshot(workdir) == before
 
@@ -178,8 +242,14 @@ def test_nan_loss_stops_and_keeps_the_last_good_checkpoint(trained, tmp_path):
   shutil.copytree(trained, workdir)
   checkpoints = os.path.join(workdir, 'checkpoints')
   before = snapshot(checkpoints)
-  result = nmt(f'--config={CONFIG}', f'--workdir={workdir}', *QUICK,
-               '--config.train.learning_rate=1e38', '--config.train.num_steps=12', check=False)
+  result = nmt(
+      f'--config={CONFIG}',
+      f'--workdir={workdir}',
+      *QUICK,
+      '--config.train.learning_rate=1e38',
+      '--config.train.num_steps=12',
+      check=False,
+  )
   _expect_error(result, 'loss became', 'last good checkpoint')
   assert snapshot(checkpoints) == before
 
@@ -187,21 +257,45 @@ def test_nan_loss_stops_and_keeps_the_last_good_checkpoint(trained, tmp_path):
 def test_translate_input_errors(trained, tmp_path):
   empty = tmp_path / 'empty.txt'
   empty.write_text('\n\n')
-  _expect_error(nmt(f'--config={CONFIG}', f'--workdir={trained}', '--mode=translate',
-                    f'--input={empty}', check=False), 'no input sentences')
-  _expect_error(nmt(f'--config={CONFIG}', f'--workdir={trained}', '--mode=translate',
-                    check=False, input_text='a b\na zz c\n'),
-                "token 'zz' on line 2 is not in the vocabulary")
+  _expect_error(
+      nmt(
+          f'--config={CONFIG}',
+          f'--workdir={trained}',
+          '--mode=translate',
+          f'--input={empty}',
+          check=False,
+      ),
+      'no input sentences',
+  )
+  _expect_error(
+      nmt(
+          f'--config={CONFIG}',
+          f'--workdir={trained}',
+          '--mode=translate',
+          check=False,
+          input_text='a b\na zz c\n',
+      ),
+      "token 'zz' on line 2 is not in the vocabulary",
+  )
 
 
 def test_eval_without_checkpoints(tmp_path):
-  _expect_error(nmt(f'--config={CONFIG}', f'--workdir={tmp_path}', '--mode=eval', check=False),
-                'has no checkpoints')
+  _expect_error(
+      nmt(
+          f'--config={CONFIG}',
+          f'--workdir={tmp_path}',
+          '--mode=eval',
+          check=False,
+      ),
+      'has no checkpoints',
+  )
 
 
 def test_missing_config_file(tmp_path):
-  _expect_error(nmt('--config=configs/nope.py', f'--workdir={tmp_path}', check=False),
-                'config file configs/nope.py does not exist')
+  _expect_error(
+      nmt('--config=configs/nope.py', f'--workdir={tmp_path}', check=False),
+      'config file configs/nope.py does not exist',
+  )
 
 
 @pytest.fixture(scope='module')
@@ -211,10 +305,17 @@ def trained_flexible(tmp_path_factory):
   return workdir
 
 
-def test_flexible_finetuning_runs_from_a_trained_workdir(trained_flexible, tmp_path):
+def test_flexible_finetuning_runs_from_a_trained_workdir(
+    trained_flexible, tmp_path
+):
   workdir = str(tmp_path / 'finetune')
-  out = nmt('--config=configs/flexible_finetune.py:tiny', f'--workdir={workdir}', *QUICK,
-            f'--config.train.init_from={trained_flexible}', '--config.model.attention.tau=1.2')
+  out = nmt(
+      '--config=configs/flexible_finetune.py:tiny',
+      f'--workdir={workdir}',
+      *QUICK,
+      f'--config.train.init_from={trained_flexible}',
+      '--config.model.attention.tau=1.2',
+  )
   assert 'initialised from' in out.stderr
   with open(os.path.join(workdir, 'eval_results.json')) as f:
     result = json.load(f)
@@ -222,13 +323,35 @@ def test_flexible_finetuning_runs_from_a_trained_workdir(trained_flexible, tmp_p
   assert 0 < result['avg_window_fraction'] < 1
 
 
-def test_init_from_another_kind_or_shape_is_refused(trained, trained_flexible, tmp_path):
-  _expect_error(nmt('--config=configs/flexible_finetune.py:tiny', f'--workdir={tmp_path}/a',
-                    f'--config.train.init_from={trained}', check=False),
-                "trained attention kind 'global'")
-  _expect_error(nmt('--config=configs/flexible_finetune.py:tiny', f'--workdir={tmp_path}/b',
-                    f'--config.train.init_from={trained_flexible}', '--config.model.hidden_size=24',
-                    check=False), 'does not match this model', 'shape')
-  _expect_error(nmt('--config=configs/flexible_finetune.py:tiny', f'--workdir={tmp_path}/c',
-                    f'--config.train.init_from={tmp_path}/nothing', check=False),
-                'has no config.json and checkpoints')
+def test_init_from_another_kind_or_shape_is_refused(
+    trained, trained_flexible, tmp_path
+):
+  _expect_error(
+      nmt(
+          '--config=configs/flexible_finetune.py:tiny',
+          f'--workdir={tmp_path}/a',
+          f'--config.train.init_from={trained}',
+          check=False,
+      ),
+      "trained attention kind 'global'",
+  )
+  _expect_error(
+      nmt(
+          '--config=configs/flexible_finetune.py:tiny',
+          f'--workdir={tmp_path}/b',
+          f'--config.train.init_from={trained_flexible}',
+          '--config.model.hidden_size=24',
+          check=False,
+      ),
+      'does not match this model',
+      'shape',
+  )
+  _expect_error(
+      nmt(
+          '--config=configs/flexible_finetune.py:tiny',
+          f'--workdir={tmp_path}/c',
+          f'--config.train.init_from={tmp_path}/nothing',
+          check=False,
+      ),
+      'has no config.json and checkpoints',
+  )

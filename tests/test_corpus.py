@@ -7,27 +7,34 @@ import pytest
 
 from nmt_jax import data
 from nmt_jax import default_config
-from nmt_jax import vocab as vocab_lib
-from nmt_jax.errors import DataError
 from nmt_jax import validation
+from nmt_jax import vocab as vocab_lib
+from nmt_jax.data import batching
+from nmt_jax.data import dataset
 from nmt_jax.data import encoding
 from nmt_jax.data import text as text_corpus
-from nmt_jax.data import dataset
-from nmt_jax.data import batching
-from nmt_jax.vocab import EOS, UNK
+from nmt_jax.errors import DataError
+from nmt_jax.vocab import EOS
+from nmt_jax.vocab import UNK
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 NUMBERS = os.path.join(ROOT, 'tests', 'data', 'numbers')
-TEXTS = ['Der Hund bellt.', 'Die Katze schläft, der Hund nicht.', 'Zwölf Boxkämpfer jagen Viktor.',
-         'Ein Hund, eine Katze.'] * 20
+TEXTS = [
+    'Der Hund bellt.',
+    'Die Katze schläft, der Hund nicht.',
+    'Zwölf Boxkämpfer jagen Viktor.',
+    'Ein Hund, eine Katze.',
+] * 20
 
 
 # ----------------------------------------------------------------- vocabularies
 
 
 def test_word_vocab_counts_cutoff_and_unk(tmp_path):
-  vocab = vocab_lib.build_vocab('word', ['a b c a', 'b a d'], size=0, min_count=2)
-  assert vocab.tokens[4:] == ['a', 'b']            # by frequency; c and d seen once
+  vocab = vocab_lib.build_vocab(
+      'word', ['a b c a', 'b a d'], size=0, min_count=2
+  )
+  assert vocab.tokens[4:] == ['a', 'b']  # by frequency; c and d seen once
   assert vocab.encode('a d b') == [vocab.index['a'], UNK, vocab.index['b'], EOS]
   assert vocab.decode(vocab.encode('b a')) == 'b a'
   capped = vocab_lib.build_vocab('word', ['a b c a', 'b a d'], size=1)
@@ -41,7 +48,8 @@ def test_char_vocab_round_trips_text(tmp_path):
   vocab = vocab_lib.build_vocab('char', TEXTS, size=0)
   for text in TEXTS:
     assert vocab.decode(vocab.encode(text)) == text
-  assert vocab.decode(vocab.encode('Hund  bellt')) == 'Hund bellt'   # whitespace normalised
+  # whitespace normalised
+  assert vocab.decode(vocab.encode('Hund  bellt')) == 'Hund bellt'
   assert UNK in vocab.encode('Q')
   path = str(tmp_path / 'chars.txt')
   vocab.save(path)
@@ -51,7 +59,9 @@ def test_char_vocab_round_trips_text(tmp_path):
 
 @pytest.mark.parametrize('model_type', ['bpe', 'unigram'])
 def test_sentencepiece_round_trips_text(tmp_path, model_type):
-  vocab = vocab_lib.build_vocab('sentencepiece', TEXTS, size=40, model_type=model_type)
+  vocab = vocab_lib.build_vocab(
+      'sentencepiece', TEXTS, size=40, model_type=model_type
+  )
   assert len(vocab) == 40 and vocab.tokens[:4] == list(vocab_lib.SPECIALS)
   for text in TEXTS[:4]:
     ids = vocab.encode(text)
@@ -59,7 +69,9 @@ def test_sentencepiece_round_trips_text(tmp_path, model_type):
     assert vocab.decode(ids) == text
   path = str(tmp_path / 'spm.model')
   vocab.save(path)
-  assert vocab_lib.load_vocab('sentencepiece', path).encode(TEXTS[2]) == vocab.encode(TEXTS[2])
+  assert vocab_lib.load_vocab('sentencepiece', path).encode(
+      TEXTS[2]
+  ) == vocab.encode(TEXTS[2])
 
 
 def test_sentencepiece_too_large_is_a_clear_error():
@@ -68,7 +80,9 @@ def test_sentencepiece_too_large_is_a_clear_error():
 
 
 def test_vocab_file_errors(tmp_path):
-  with pytest.raises(vocab_lib.VocabError, match='is missing; build it with --mode=prepare'):
+  with pytest.raises(
+      vocab_lib.VocabError, match='is missing; build it with --mode=prepare'
+  ):
     vocab_lib.load_vocab('word', str(tmp_path / 'nope.txt'))
   bad = tmp_path / 'words.txt'
   bad.write_text('a\nb\n')
@@ -90,8 +104,9 @@ def text_config(prefix=NUMBERS, kind='word', max_length=20, **vocab):
   return validation.resolve(config)
 
 
-@pytest.mark.parametrize('kind, shared', [('word', True), ('char', False),
-                                          ('sentencepiece', True)])
+@pytest.mark.parametrize(
+    'kind, shared', [('word', True), ('char', False), ('sentencepiece', True)]
+)
 def test_text_task_builds_then_reuses_its_vocabularies(tmp_path, kind, shared):
   config = text_config(kind=kind, shared=shared, max_length=60)
   task = data.load_task(config.data, 0, str(tmp_path), build_vocab=True)
@@ -103,9 +118,12 @@ def test_text_task_builds_then_reuses_its_vocabularies(tmp_path, kind, shared):
   assert task.target_vocab.decode(task.eval.target[0]) == first
   assert task.eval.target_text[0] == first
   before = {name: (tmp_path / 'vocab' / name).read_bytes() for name in files}
-  again = data.load_task(config.data, 0, str(tmp_path))    # reads, does not rebuild
+  # reads, does not rebuild
+  again = data.load_task(config.data, 0, str(tmp_path))
   assert again.source_vocab.tokens == task.source_vocab.tokens
-  assert {name: (tmp_path / 'vocab' / name).read_bytes() for name in files} == before
+  assert {
+      name: (tmp_path / 'vocab' / name).read_bytes() for name in files
+  } == before
 
 
 def write_corpus(directory, **splits):
@@ -113,7 +131,11 @@ def write_corpus(directory, **splits):
   for name, (source, target) in splits.items():
     for lang, lines in (('de', source), ('en', target)):
       with open(os.path.join(directory, f'corpus.{name}.{lang}'), 'wb') as f:
-        f.write(lines if isinstance(lines, bytes) else ''.join(l + '\n' for l in lines).encode())
+        f.write(
+            lines
+            if isinstance(lines, bytes)
+            else ''.join(line + '\n' for line in lines).encode()
+        )
   return os.path.join(directory, 'corpus')
 
 
@@ -123,21 +145,39 @@ def test_empty_and_overlong_pairs_are_skipped_and_counted(tmp_path):
   prefix = write_corpus(tmp_path, train=(source, target), dev=(source, target))
   config = text_config(prefix, max_length=4)
   vocab = vocab_lib.build_vocab('word', source + target, size=0)
-  split, dropped = encoding.encode_split(source, target, vocab, vocab, 4, 'train')
+  split, dropped = encoding.encode_split(
+      source, target, vocab, vocab, 4, 'train'
+  )
   assert dropped == {'empty': 2, 'too_long': 1}
   assert split.source_text == ['a b', 'b a']
-  task = data.load_task(config.data, 0, str(tmp_path / 'work'), build_vocab=True)
-  assert len(task.train) == 2 and task.test is None and task.test_or_eval is task.eval
+  task = data.load_task(
+      config.data, 0, str(tmp_path / 'work'), build_vocab=True
+  )
+  assert (
+      len(task.train) == 2
+      and task.test is None
+      and task.test_or_eval is task.eval
+  )
 
 
-@pytest.mark.parametrize('splits, message', [
-    ({'train': (['a', 'b'], ['x']), 'dev': (['a'], ['x'])},
-     'corpus.train.de has 2 lines but {p}.train.en has 1'),
-    ({'train': (b'', b''), 'dev': (['a'], ['x'])}, 'corpus.train.de is empty'),
-    ({'train': (['a'], ['x']), 'dev': (b'a\n\xff\xfe b\n', b'x\ny\n')},
-     'corpus.dev.de:2: invalid UTF-8'),
-    ({'train': (['a'], ['x'])}, 'the dev split is missing: expected'),
-])
+@pytest.mark.parametrize(
+    'splits, message',
+    [
+        (
+            {'train': (['a', 'b'], ['x']), 'dev': (['a'], ['x'])},
+            'corpus.train.de has 2 lines but {p}.train.en has 1',
+        ),
+        (
+            {'train': (b'', b''), 'dev': (['a'], ['x'])},
+            'corpus.train.de is empty',
+        ),
+        (
+            {'train': (['a'], ['x']), 'dev': (b'a\n\xff\xfe b\n', b'x\ny\n')},
+            'corpus.dev.de:2: invalid UTF-8',
+        ),
+        ({'train': (['a'], ['x'])}, 'the dev split is missing: expected'),
+    ],
+)
 def test_corpus_errors_name_the_file_and_line(tmp_path, splits, message):
   prefix = write_corpus(tmp_path, **splits)
   config = text_config(prefix)
@@ -149,7 +189,10 @@ def test_corpus_errors_name_the_file_and_line(tmp_path, splits, message):
 
 def test_missing_vocabulary_outside_training_is_an_error(tmp_path):
   config = text_config()
-  with pytest.raises(DataError, match=r'words_shared.txt is missing; build it with --mode=prepare'):
+  with pytest.raises(
+      DataError,
+      match=r'words_shared.txt is missing; build it with --mode=prepare',
+  ):
     data.load_task(config.data, 0, str(tmp_path))
 
 
@@ -167,11 +210,19 @@ def test_text_corpus_needs_a_prefix_and_a_workdir():
 
 @pytest.mark.slow
 def test_prepare_train_eval_translate_on_a_text_corpus(tmp_path):
-  from tests.test_cli import QUICK, nmt  # pylint: disable=g-import-not-at-top
+  from tests.test_cli import QUICK  # pylint: disable=g-import-not-at-top
+  from tests.test_cli import nmt  # pylint: disable=g-import-not-at-top
+
   workdir = str(tmp_path / 'run')
-  args = ['--config=configs/global_general.py:tiny', f'--workdir={workdir}', *QUICK,
-          f'--config.data.name=text:{NUMBERS}', '--config.data.max_length=60',
-          '--config.data.vocab.kind=sentencepiece', '--config.data.vocab.size=48']
+  args = [
+      '--config=configs/global_general.py:tiny',
+      f'--workdir={workdir}',
+      *QUICK,
+      f'--config.data.name=text:{NUMBERS}',
+      '--config.data.max_length=60',
+      '--config.data.vocab.kind=sentencepiece',
+      '--config.data.vocab.size=48',
+  ]
   out = nmt(*args, '--mode=prepare')
   assert 'train 400 pairs, validation 24 pairs, test 24 pairs' in out.stderr
   assert os.listdir(os.path.join(workdir, 'vocab')) == ['spm_shared.model']
@@ -179,18 +230,24 @@ def test_prepare_train_eval_translate_on_a_text_corpus(tmp_path):
   with open(os.path.join(workdir, 'eval_results.json')) as f:
     result = f.read()
   assert '"eval_split": "test"' in result and '"num_sentences": 24' in result
-  translated = nmt(*args, '--mode=translate', input_text='Eins zwei drei.\nVier.\n')
+  translated = nmt(
+      *args, '--mode=translate', input_text='Eins zwei drei.\nVier.\n'
+  )
   assert len(translated.stdout.splitlines()) == 2
 
   # A different vocabulary in the workdir is refused, and nothing is changed.
   from tests.test_cli import snapshot  # pylint: disable=g-import-not-at-top
+
   before = snapshot(os.path.join(workdir, 'checkpoints'))
-  vocab_lib.build_vocab('sentencepiece', ['völlig andere Wörter'] * 50, size=30).save(
-      os.path.join(workdir, 'vocab', 'spm_shared.model'))
+  vocab_lib.build_vocab(
+      'sentencepiece', ['völlig andere Wörter'] * 50, size=30
+  ).save(os.path.join(workdir, 'vocab', 'spm_shared.model'))
   for mode in ('train', 'eval'):
     result = nmt(*args, f'--mode={mode}', check=False)
     assert result.returncode == 2
-    assert 'different source vocabulary' in result.stderr.strip().splitlines()[-1]
+    assert (
+        'different source vocabulary' in result.stderr.strip().splitlines()[-1]
+    )
   assert snapshot(os.path.join(workdir, 'checkpoints')) == before
 
 
@@ -210,7 +267,9 @@ def tfds_config(**data_fields):
 def test_tfds_prepare_train_and_evaluate_under_mock_data(tmp_path):
   tfds = pytest.importorskip('tensorflow_datasets')
   from nmt_jax import train  # pylint: disable=g-import-not-at-top
-  config = tfds_config(source_lang='en', target_lang='de')   # either direction of de-en
+
+  # either direction of de-en
+  config = tfds_config(source_lang='en', target_lang='de')
   config.train.num_steps = 4
   config.decode.beam_size = 1
   workdir = str(tmp_path / 'run')
@@ -219,18 +278,27 @@ def test_tfds_prepare_train_and_evaluate_under_mock_data(tmp_path):
     assert (len(task.train), len(task.eval), len(task.test)) == (24, 24, 24)
     # Mock records are str in 'de'/'en'; the source side must be the English one.
     assert task.train.source_text[0] == ' '.join(
-        tfds.data_source('wmt17_translate/de-en', split='train')[0]['en'].split())
+        tfds.data_source('wmt17_translate/de-en', split='train')[0][
+            'en'
+        ].split()
+    )
     assert os.listdir(os.path.join(workdir, 'vocab')) == ['words_shared.txt']
     result = train.train_and_evaluate(config, workdir)
   assert result['eval_split'] == 'test' and result['num_sentences'] == 24
   assert os.path.exists(os.path.join(workdir, 'eval_results.json'))
 
 
-@pytest.mark.parametrize('fields, message', [
-    ({'source_lang': 'fr'}, 'has the languages de and en, not fr->en'),
-    ({'name': 'tfds:wmt17_translate/xx-en'}, 'wmt17_translate has no config'),
-    ({'name': 'tfds:wmt99_translate/de-en'}, 'use tfds:<builder>/<config>'),
-])
+@pytest.mark.parametrize(
+    'fields, message',
+    [
+        ({'source_lang': 'fr'}, 'has the languages de and en, not fr->en'),
+        (
+            {'name': 'tfds:wmt17_translate/xx-en'},
+            'wmt17_translate has no config',
+        ),
+        ({'name': 'tfds:wmt99_translate/de-en'}, 'use tfds:<builder>/<config>'),
+    ],
+)
 def test_tfds_config_errors(tmp_path, fields, message):
   pytest.importorskip('tensorflow_datasets')
   with pytest.raises(DataError, match=None) as error:
@@ -241,16 +309,22 @@ def test_tfds_config_errors(tmp_path, fields, message):
 def test_tfds_unprepared_dataset_says_what_to_run(tmp_path):
   pytest.importorskip('tensorflow_datasets')
   config = tfds_config(tfds_data_dir=str(tmp_path / 'tfds'))
-  with pytest.raises(DataError, match='is not prepared .* run the same command with '
-                     '--mode=prepare'):
+  with pytest.raises(
+      DataError,
+      match='is not prepared .* run the same command with ' '--mode=prepare',
+  ):
     data.load_task(config.data, 0, str(tmp_path / 'run'), build_vocab=True)
 
 
-def test_tfds_prepare_offline_says_where_to_put_the_files(tmp_path, monkeypatch):
+def test_tfds_prepare_offline_says_where_to_put_the_files(
+    tmp_path, monkeypatch
+):
   tfds = pytest.importorskip('tensorflow_datasets')
 
   def offline(*args, **kwargs):
-    raise ConnectionError('Failed to establish a new connection: [Errno -3] name resolution')
+    raise ConnectionError(
+        'Failed to establish a new connection: [Errno -3] name resolution'
+    )
 
   # What download_and_prepare raises on a machine without network, without touching it.
   monkeypatch.setattr(tfds.core.DatasetBuilder, 'download_and_prepare', offline)
@@ -258,7 +332,9 @@ def test_tfds_prepare_offline_says_where_to_put_the_files(tmp_path, monkeypatch)
   with pytest.raises(DataError) as error:
     data.prepare_corpus(config.data)
   message = str(error.value)
-  assert 'could not prepare wmt17_translate/de-en (Failed to establish' in message
+  assert (
+      'could not prepare wmt17_translate/de-en (Failed to establish' in message
+  )
   assert 'tfds_manual_dir' in message and '\n' not in message
 
 
@@ -266,19 +342,28 @@ def test_tfds_prepare_offline_says_where_to_put_the_files(tmp_path, monkeypatch)
 
 
 def test_ragged_round_trip(tmp_path):
-  rows = [np.array([5, 6, EOS], np.int32), np.array([EOS], np.int32), np.array([7] * 9 + [EOS])]
+  rows = [
+      np.array([5, 6, EOS], np.int32),
+      np.array([EOS], np.int32),
+      np.array([7] * 9 + [EOS]),
+  ]
   ragged = dataset.Ragged.from_rows(rows)
   ragged.save(str(tmp_path / 'r'))
   loaded = dataset.Ragged.load(str(tmp_path / 'r'))
   assert len(loaded) == 3 and list(loaded.lengths()) == [3, 1, 10]
   for i, row in enumerate(rows):
     np.testing.assert_array_equal(loaded[i], row)
-  assert isinstance(loaded.flat.base, np.memmap)     # mapped, not read
+  assert isinstance(loaded.flat.base, np.memmap)  # mapped, not read
 
 
-def test_second_load_maps_the_encoded_cache_and_changes_invalidate_it(tmp_path, monkeypatch):
-  prefix = write_corpus(str(tmp_path), train=(['a b c', 'b c', 'c d e f'] * 30, ['x y', 'y', 'z x y'] * 30),
-                        dev=(['a c', 'd'], ['x', 'z z']))
+def test_second_load_maps_the_encoded_cache_and_changes_invalidate_it(
+    tmp_path, monkeypatch
+):
+  prefix = write_corpus(
+      str(tmp_path),
+      train=(['a b c', 'b c', 'c d e f'] * 30, ['x y', 'y', 'z x y'] * 30),
+      dev=(['a c', 'd'], ['x', 'z z']),
+  )
   config = text_config(kind='word', max_length=10)
   config.data.name = f'text:{prefix}'
   workdir = str(tmp_path / 'run')
@@ -297,7 +382,10 @@ def test_second_load_maps_the_encoded_cache_and_changes_invalidate_it(tmp_path, 
     for x, y in zip(a.source + a.target, list(b.source) + list(b.target)):
       np.testing.assert_array_equal(x, y)
   assert cached.eval.target_text == fresh.eval.target_text == ['x', 'z z']
-  np.testing.assert_array_equal(batching.example_lengths(cached.train), batching.example_lengths(fresh.train))
+  np.testing.assert_array_equal(
+      batching.example_lengths(cached.train),
+      batching.example_lengths(fresh.train),
+  )
   boundaries = batching.bucket_boundaries(fresh.max_length, 2)
   for step in range(5):
     x = batching.TrainBatches(fresh.train, 4, boundaries, 0).batch(step)
@@ -308,8 +396,12 @@ def test_second_load_maps_the_encoded_cache_and_changes_invalidate_it(tmp_path, 
   # Another max_length, or an edited corpus file, is another cache entry.
   monkeypatch.undo()
   config.data.max_length = 3
-  assert len(data.load_task(config.data, 0, workdir).train) == 60        # 'c d e f' pairs dropped
+  # 'c d e f' pairs dropped
+  assert len(data.load_task(config.data, 0, workdir).train) == 60
   with open(f'{prefix}.dev.en', 'w', encoding='utf-8') as f:
     f.write('x y\nz\n')
-  assert data.load_task(config.data, 0, workdir).eval.target_text == ['x y', 'z']
+  assert data.load_task(config.data, 0, workdir).eval.target_text == [
+      'x y',
+      'z',
+  ]
   assert len(os.listdir(os.path.join(workdir, encoding.CACHE_DIR))) == 3

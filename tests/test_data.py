@@ -8,7 +8,9 @@ from nmt_jax import default_config
 from nmt_jax import errors
 from nmt_jax import vocab as vocab_lib
 from nmt_jax.data import batching
-from nmt_jax.vocab import BOS, EOS, PAD
+from nmt_jax.vocab import BOS
+from nmt_jax.vocab import EOS
+from nmt_jax.vocab import PAD
 
 
 def _task(name='copy', **overrides):
@@ -23,15 +25,20 @@ def test_copy_task_is_deterministic_and_well_formed():
   task, config = _task(num_train=300, max_length=7)
   again, _ = _task(num_train=300, max_length=7)
   lengths = []
-  for src, tgt, again_src in zip(task.train.source, task.train.target, again.train.source):
+  for src, tgt, again_src in zip(
+      task.train.source, task.train.target, again.train.source
+  ):
     np.testing.assert_array_equal(src, tgt)
     np.testing.assert_array_equal(src, again_src)
     assert src[-1] == EOS and EOS not in src[:-1] and PAD not in src
     lengths.append(len(src) - 1)
-  assert min(lengths) == 1 and max(lengths) == 7          # uniform in 1..L
+  assert min(lengths) == 1 and max(lengths) == 7  # uniform in 1..L
   assert task.max_length == 8
   other = data.load_task(config.data, seed=1)
-  assert any(len(a) != len(b) or np.any(a != b) for a, b in zip(task.train.source, other.train.source))
+  assert any(
+      len(a) != len(b) or np.any(a != b)
+      for a, b in zip(task.train.source, other.train.source)
+  )
 
 
 def test_min_length():
@@ -40,14 +47,20 @@ def test_min_length():
 
 
 def test_chunk_reverse_reverses_chunks_and_keeps_their_order():
-  task, config = _task('chunk_reverse', num_train=200, max_length=12, num_symbols=10, chunk_size=4)
+  task, config = _task(
+      'chunk_reverse',
+      num_train=200,
+      max_length=12,
+      num_symbols=10,
+      chunk_size=4,
+  )
   offset = len(vocab_lib.SPECIALS)
   num_end = max(1, config.data.num_symbols // 5)
   first_end = offset + config.data.num_symbols - num_end
   for src, tgt in zip(task.train.source, task.train.target):
     tokens = list(src[:-1])
     chunks, current = [], []
-    for token in tokens:                 # a chunk ends at an end symbol
+    for token in tokens:  # a chunk ends at an end symbol
       current.append(token)
       if token >= first_end:
         chunks.append(current)
@@ -62,7 +75,14 @@ def test_train_batches_are_a_pure_function_of_the_step():
   boundaries = batching.bucket_boundaries(task.max_length, 2)
   a = batching.TrainBatches(task.train, 8, boundaries, seed=0)
   b = batching.TrainBatches(task.train, 8, boundaries, seed=0)
-  for step in [0, 5, a.num_batches - 1, a.num_batches, 3 * a.num_batches + 2, 7]:
+  for step in [
+      0,
+      5,
+      a.num_batches - 1,
+      a.num_batches,
+      3 * a.num_batches + 2,
+      7,
+  ]:
     x, y = a.batch(step), b.batch(step)
     for key in x:
       np.testing.assert_array_equal(x[key], y[key])
@@ -71,10 +91,16 @@ def test_train_batches_are_a_pure_function_of_the_step():
   assert len(seen) == len(set(seen.tolist()))
   for step in range(a.num_batches):
     batch = a.batch(step)
-    assert batch['source'].shape[0] == 8 and batch['source'].shape[1] in boundaries
+    assert (
+        batch['source'].shape[0] == 8 and batch['source'].shape[1] in boundaries
+    )
     np.testing.assert_array_equal(batch['target_in'][:, 0], BOS)
-    np.testing.assert_array_equal(batch['target_in'][:, 1:], np.where(
-        batch['target_out'][:, 1:] == PAD, PAD, batch['target_out'][:, :-1]))
+    np.testing.assert_array_equal(
+        batch['target_in'][:, 1:],
+        np.where(
+            batch['target_out'][:, 1:] == PAD, PAD, batch['target_out'][:, :-1]
+        ),
+    )
   assert not all(np.array_equal(a.epoch(0)[i], a.epoch(1)[i]) for i in range(3))
 
 
@@ -83,12 +109,16 @@ def test_eval_batches_cover_every_example_once():
   boundaries = batching.bucket_boundaries(task.max_length, 2)
   seen = []
   for rows, batch in batching.eval_batches(task.eval, 8, boundaries):
-    assert batch['source'].shape[0] == 8 and batch['source'].shape[1] in boundaries
+    assert (
+        batch['source'].shape[0] == 8 and batch['source'].shape[1] in boundaries
+    )
     seen += [r for r in rows if r >= 0]
     for row, index in enumerate(rows):
       if index >= 0:
         n = len(task.eval.source[index])
-        np.testing.assert_array_equal(batch['source'][row, :n], task.eval.source[index])
+        np.testing.assert_array_equal(
+            batch['source'][row, :n], task.eval.source[index]
+        )
   assert sorted(seen) == list(range(37))
 
 
@@ -101,7 +131,9 @@ def test_vocab_round_trip_and_errors():
   vocab = vocab_lib.Vocab(['a', 'b', 'c'], allow_unk=False)
   ids = vocab.encode('a c b')
   assert ids[-1] == EOS and vocab.decode(ids) == 'a c b'
-  with pytest.raises(errors.DataError, match="token 'z' on line 4 is not in the vocabulary"):
+  with pytest.raises(
+      errors.DataError, match="token 'z' on line 4 is not in the vocabulary"
+  ):
     vocab.encode('a z', line=4)
   assert vocab_lib.Vocab(['a']).encode('q') == [vocab_lib.UNK, EOS]
 
@@ -109,4 +141,6 @@ def test_vocab_round_trip_and_errors():
 def test_too_few_examples_for_a_batch_is_an_error():
   task, _ = _task(num_train=5)
   with pytest.raises(errors.DataError, match='lower train.batch_size'):
-    batching.TrainBatches(task.train, 64, batching.bucket_boundaries(task.max_length, 2), seed=0)
+    batching.TrainBatches(
+        task.train, 64, batching.bucket_boundaries(task.max_length, 2), seed=0
+    )

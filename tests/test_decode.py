@@ -8,8 +8,11 @@ import numpy as np
 import pytest
 
 from nmt_jax import decode
-from nmt_jax.vocab import BOS, EOS, PAD
+from nmt_jax import evaluation
 from nmt_jax.data import dataset
+from nmt_jax.vocab import BOS
+from nmt_jax.vocab import EOS
+from nmt_jax.vocab import PAD
 from tests import helpers
 
 
@@ -28,28 +31,52 @@ def _sources(seed=0, batch=6, length=6):
 
 
 def _greedy(model, params, source, **kw):
-  return jax.jit(functools.partial(decode.greedy_search, model, ratio=kw.get('ratio', 1.5),
-                                   offset=kw.get('offset', 2)))(params, source)
+  return jax.jit(
+      functools.partial(
+          decode.greedy_search,
+          model,
+          ratio=kw.get('ratio', 1.5),
+          offset=kw.get('offset', 2),
+      )
+  )(params, source)
 
 
 def _beam(model, params, source, k, alpha, **kw):
-  return jax.jit(functools.partial(decode.beam_search, model, beam_size=k, alpha=alpha,
-                                   ratio=kw.get('ratio', 1.5), offset=kw.get('offset', 2)))(params, source)
+  return jax.jit(
+      functools.partial(
+          decode.beam_search,
+          model,
+          beam_size=k,
+          alpha=alpha,
+          ratio=kw.get('ratio', 1.5),
+          offset=kw.get('offset', 2),
+      )
+  )(params, source)
 
 
 def _strip(tokens):
   tokens = list(np.asarray(tokens))
-  return tuple(tokens[:tokens.index(EOS) + 1]) if EOS in tokens else tuple(t for t in tokens if t != PAD)
+  return (
+      tuple(tokens[: tokens.index(EOS) + 1])
+      if EOS in tokens
+      else tuple(t for t in tokens if t != PAD)
+  )
 
 
 def _sequence_logprobs(model, params, source, hyps):
   """log p(hyp | source) of EOS-terminated hypotheses, by one batched teacher-forced pass."""
   length = max(len(h) for h in hyps)
-  target_out = np.array([list(h) + [PAD] * (length - len(h)) for h in hyps], np.int32)
-  target_in = np.concatenate([np.full((len(hyps), 1), BOS, np.int32), target_out[:, :-1]], 1)
+  target_out = np.array(
+      [list(h) + [PAD] * (length - len(h)) for h in hyps], np.int32
+  )
+  target_in = np.concatenate(
+      [np.full((len(hyps), 1), BOS, np.int32), target_out[:, :-1]], 1
+  )
   sources = np.repeat(source[None], len(hyps), 0)
   logits = _apply_fn(model)(params, sources, target_in)
-  logp = np.take_along_axis(np.asarray(jax.nn.log_softmax(logits)), target_out[..., None], -1)[..., 0]
+  logp = np.take_along_axis(
+      np.asarray(jax.nn.log_softmax(logits)), target_out[..., None], -1
+  )[..., 0]
   return np.where(target_out != PAD, logp, 0.0).sum(1)
 
 
@@ -58,7 +85,9 @@ _APPLY = {}
 
 def _apply_fn(model):
   if id(model) not in _APPLY:
-    _APPLY[id(model)] = jax.jit(lambda p, s, t: model.apply({'params': p}, s, t)[0])
+    _APPLY[id(model)] = jax.jit(
+        lambda p, s, t: model.apply({'params': p}, s, t)[0]
+    )
   return _APPLY[id(model)]
 
 
@@ -77,15 +106,27 @@ def test_beam_one_equals_greedy(query):
 def test_decoding_does_not_depend_on_batch_size(k):
   _, model, params = _setup()
   source = _sources(seed=1, batch=5)
-  full = _greedy(model, params, source) if k == 1 else _beam(model, params, source, k, 0.6)
+  full = (
+      _greedy(model, params, source)
+      if k == 1
+      else _beam(model, params, source, k, 0.6)
+  )
   for row in range(source.shape[0]):
-    alone = source[row:row + 1]
-    one = _greedy(model, params, alone) if k == 1 else _beam(model, params, alone, k, 0.6)
+    alone = source[row : row + 1]
+    one = (
+        _greedy(model, params, alone)
+        if k == 1
+        else _beam(model, params, alone, k, 0.6)
+    )
     assert _strip(one.tokens[0]) == _strip(full.tokens[row])
     np.testing.assert_allclose(one.scores[0], full.scores[row], rtol=1e-5)
   # ... nor on extra source padding.
   padded = np.pad(source, ((0, 0), (0, 3)))
-  more = _greedy(model, params, padded) if k == 1 else _beam(model, params, padded, k, 0.6)
+  more = (
+      _greedy(model, params, padded)
+      if k == 1
+      else _beam(model, params, padded, k, 0.6)
+  )
   for a, b in zip(more.tokens, full.tokens):
     assert _strip(a) == _strip(b)
 
@@ -94,13 +135,28 @@ def test_beam_search_is_exact_when_the_beam_holds_every_prefix():
   """With K >= the number of live prefixes, beam search finds the best hypothesis."""
   _, model, params = _setup()
   source = _sources(seed=2, batch=2)
-  alpha, offset = 0.6, 3                 # at most 3 tokens: y1 y2 EOS
+  alpha, offset = 0.6, 3  # at most 3 tokens: y1 y2 EOS
   symbols = range(4, helpers.VOCAB)
-  result = _beam(model, params, source, k=len(symbols) ** 2, alpha=alpha, ratio=0.0, offset=offset)
+  result = _beam(
+      model,
+      params,
+      source,
+      k=len(symbols) ** 2,
+      alpha=alpha,
+      ratio=0.0,
+      offset=offset,
+  )
   for row in range(source.shape[0]):
-    candidates = [(EOS,)] + [(a, EOS) for a in symbols] + [(a, b, EOS) for a, b in itertools.product(symbols, symbols)]
+    candidates = (
+        [(EOS,)]
+        + [(a, EOS) for a in symbols]
+        + [(a, b, EOS) for a, b in itertools.product(symbols, symbols)]
+    )
     logprobs = _sequence_logprobs(model, params, source[row], candidates)
-    scored = [(lp / decode.length_penalty(len(c), alpha), c) for lp, c in zip(logprobs, candidates)]
+    scored = [
+        (lp / decode.length_penalty(len(c), alpha), c)
+        for lp, c in zip(logprobs, candidates)
+    ]
     best_score, best = max(scored)
     assert _strip(result.tokens[row]) == best
     np.testing.assert_allclose(float(result.scores[row]), best_score, rtol=1e-4)
@@ -113,12 +169,17 @@ def test_beam_scores_are_normalised_log_probs_and_nbest_is_sorted():
   result = _beam(model, params, source, 4, alpha)
   for row in range(source.shape[0]):
     scores = np.asarray(result.nbest_scores[row])
-    assert np.all(np.isfinite(scores)), 'the n-best list holds K finished hypotheses'
+    assert np.all(
+        np.isfinite(scores)
+    ), 'the n-best list holds K finished hypotheses'
     assert np.all(np.diff(scores) <= 1e-6)
     hyps = [_strip(h) for h in result.nbest_tokens[row]]
     assert all(h[-1] == EOS for h in hyps)
     logprobs = _sequence_logprobs(model, params, source[row], hyps)
-    expected = [lp / decode.length_penalty(len(h), alpha) for lp, h in zip(logprobs, hyps)]
+    expected = [
+        lp / decode.length_penalty(len(h), alpha)
+        for lp, h in zip(logprobs, hyps)
+    ]
     np.testing.assert_allclose(scores, expected, rtol=1e-4)
 
 
@@ -131,14 +192,22 @@ def test_length_limit_forces_eos(k):
   params['decoder']['output']['bias'] = bias.at[EOS].set(-1e4)
   source = _sources(seed=5, batch=4)
   ratio, offset = 1.0, 2
-  result = _greedy(model, params, source, ratio=ratio, offset=offset) if k == 1 else \
-      _beam(model, params, source, k, 0.6, ratio=ratio, offset=offset)
+  result = (
+      _greedy(model, params, source, ratio=ratio, offset=offset)
+      if k == 1
+      else _beam(model, params, source, k, 0.6, ratio=ratio, offset=offset)
+  )
   lengths = np.sum(source != PAD, axis=1)
   for row in range(source.shape[0]):
     hyp = _strip(result.tokens[row])
     assert len(hyp) == int(np.floor(ratio * lengths[row])) + offset
-    assert hyp[-1] == EOS and EOS not in hyp[:-1] and PAD not in hyp and BOS not in hyp
-    assert np.all(np.asarray(result.tokens[row][len(hyp):]) == PAD)
+    assert (
+        hyp[-1] == EOS
+        and EOS not in hyp[:-1]
+        and PAD not in hyp
+        and BOS not in hyp
+    )
+    assert np.all(np.asarray(result.tokens[row][len(hyp) :]) == PAD)
 
 
 def test_window_statistics_count_live_steps():
@@ -148,37 +217,63 @@ def test_window_statistics_count_live_steps():
   lengths = np.sum(source != PAD, axis=1)
   steps = np.array([len(_strip(t)) for t in result.tokens])
   np.testing.assert_array_equal(result.window_count, steps)
-  np.testing.assert_allclose(result.window_sum, steps * lengths)   # global attention scores all S
+  # global attention scores all S
+  np.testing.assert_allclose(result.window_sum, steps * lengths)
 
 
 def test_diagnostics_follow_the_best_hypothesis():
   _, model, params = _setup()
   source = _sources(seed=7, batch=2)
-  fn = jax.jit(functools.partial(decode.beam_search, model, beam_size=3, alpha=0.0, ratio=1.5,
-                                 offset=2, with_diagnostics=True))
+  fn = jax.jit(
+      functools.partial(
+          decode.beam_search,
+          model,
+          beam_size=3,
+          alpha=0.0,
+          ratio=1.5,
+          offset=2,
+          with_diagnostics=True,
+      )
+  )
   result = fn(params, source)
-  weights = np.asarray(result.diagnostics['weights'])     # [B, T, S]
+  weights = np.asarray(result.diagnostics['weights'])  # [B, T, S]
   for row in range(source.shape[0]):
     hyp = _strip(result.tokens[row])
     # Recompute the attention of the returned hypothesis by teacher forcing.
     target_in = np.array([[BOS] + list(hyp[:-1])], np.int32)
-    _, diagnostics = model.apply({'params': params}, source[row:row + 1], target_in, with_weights=True)
-    np.testing.assert_allclose(weights[row, :len(hyp)], diagnostics['weights'][0], atol=1e-5)
+    _, diagnostics = model.apply(
+        {'params': params}, source[row : row + 1], target_in, with_weights=True
+    )
+    np.testing.assert_allclose(
+        weights[row, : len(hyp)], diagnostics['weights'][0], atol=1e-5
+    )
 
 
 def test_decode_split_matches_direct_decoding_and_times_the_fastest_pass():
-  from nmt_jax import data  # pylint: disable=g-import-not-at-top
   _, model, params = _setup()
   rng = np.random.default_rng(8)
-  sources = [np.append(rng.integers(4, 12, size=n), EOS).astype(np.int32)
-             for n in (3, 7, 5, 2, 6)]
-  split = dataset.Split(source=sources, target=sources, source_text=[''] * 5,
-                     target_text=[''] * 5)
-  decode_fn = jax.jit(functools.partial(decode.greedy_search, model, ratio=1.5, offset=2))
-  hyps, stats = decode.decode_split(decode_fn, params, split, batch_size=2,
-                                    boundaries=[4, 8], timing_repeats=3)
+  sources = [
+      np.append(rng.integers(4, 12, size=n), EOS).astype(np.int32)
+      for n in (3, 7, 5, 2, 6)
+  ]
+  split = dataset.Split(
+      source=sources, target=sources, source_text=[''] * 5, target_text=[''] * 5
+  )
+  decode_fn = jax.jit(
+      functools.partial(decode.greedy_search, model, ratio=1.5, offset=2)
+  )
+  hyps, stats = evaluation.decode_split(
+      decode_fn,
+      params,
+      split,
+      batch_size=2,
+      boundaries=[4, 8],
+      timing_repeats=3,
+  )
   assert len(stats['decode_seconds_all']) == 3
   assert stats['decode_seconds'] == min(stats['decode_seconds_all'])
-  for source, hyp in zip(sources, hyps):   # batching, padding and sorting change nothing
+  for source, hyp in zip(
+      sources, hyps
+  ):  # batching, padding and sorting change nothing
     alone = _strip(_greedy(model, params, source[None]).tokens[0])
     assert tuple(hyp) == (alone[:-1] if alone and alone[-1] == EOS else alone)

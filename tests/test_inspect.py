@@ -19,7 +19,7 @@ from tests import conftest
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 pytestmark = pytest.mark.slow
 
-SWEEP_FILE = '''
+SWEEP_FILE = """
 def get_sweep(arg=None):
   quick = {{'decode.beam_size': 1, 'train.eval_num_sentences': 8, 'train.num_steps': 6}}
   return [
@@ -29,13 +29,18 @@ def get_sweep(arg=None):
         'overrides': {{**quick, 'model.attention.num_memory': 4}}}},
       {{'name': 'flexible', 'config': '{configs}/flexible.py:tiny', 'overrides': quick}},
   ]
-'''
+"""
 
 
 def sweep(*args, check=True):
-  result = subprocess.run([sys.executable, '-m', 'nmt_jax.sweep', *args], cwd=ROOT,
-                          env=conftest.subprocess_env(), capture_output=True, text=True,
-                          timeout=900)
+  result = subprocess.run(
+      [sys.executable, '-m', 'nmt_jax.sweep', *args],
+      cwd=ROOT,
+      env=conftest.subprocess_env(),
+      capture_output=True,
+      text=True,
+      timeout=900,
+  )
   if check and result.returncode:
     raise AssertionError(f'exit {result.returncode}\n{result.stderr[-3000:]}')
   return result
@@ -46,11 +51,18 @@ def runs(tmp_path_factory):
   """Three tiny runs made by a sweep file, and a tau sweep of the flexible one."""
   base = tmp_path_factory.mktemp('sweep')
   sweep_file = base / 'tiny_sweep.py'
-  sweep_file.write_text(SWEEP_FILE.format(configs=os.path.join(ROOT, 'configs')))
+  sweep_file.write_text(
+      SWEEP_FILE.format(configs=os.path.join(ROOT, 'configs'))
+  )
   root = str(base / 'runs')
   sweep('run', f'--sweep={sweep_file}', f'--root={root}')
-  sweep('tau', '--config=configs/flexible.py:tiny', f'--workdir={root}/flexible',
-        '--taus=0.5,inf', '--config.decode.beam_size=1')
+  sweep(
+      'tau',
+      '--config=configs/flexible.py:tiny',
+      f'--workdir={root}/flexible',
+      '--taus=0.5,inf',
+      '--config.decode.beam_size=1',
+  )
   return {'root': root, 'sweep_file': str(sweep_file)}
 
 
@@ -59,7 +71,12 @@ def test_sweep_runs_each_run_once(runs):
   for name in ('memory_k2', 'memory_k4', 'flexible'):
     run = runs_lib.load_run(os.path.join(root, name))
     assert run.records('train')[-1]['step'] == 6
-    assert run.eval_results['checkpoint_step'] in (2, 4, 6)    # the best by validation BLEU
+    # the best by validation BLEU
+    assert run.eval_results['checkpoint_step'] in (
+        2,
+        4,
+        6,
+    )
     with open(os.path.join(root, name, 'config.json')) as f:
       config = json.load(f)
     if name.startswith('memory'):
@@ -67,57 +84,121 @@ def test_sweep_runs_each_run_once(runs):
   before = os.path.getsize(os.path.join(root, 'flexible', 'metrics.jsonl'))
   again = sweep('run', f'--sweep={runs["sweep_file"]}', f'--root={root}')
   assert again.stderr.count('done before, skipped') == 3
-  assert os.path.getsize(os.path.join(root, 'flexible', 'metrics.jsonl')) == before
+  assert (
+      os.path.getsize(os.path.join(root, 'flexible', 'metrics.jsonl')) == before
+  )
   # --mode=eval evaluates the trained runs again (same BLEU; the timing is new).
   with open(os.path.join(root, 'memory_k2', 'eval_results.json')) as f:
     first = json.load(f)
   sweep('run', f'--sweep={runs["sweep_file"]}', f'--root={root}', '--mode=eval')
   with open(os.path.join(root, 'memory_k2', 'eval_results.json')) as f:
     second = json.load(f)
-  assert second['bleu'] == first['bleu'] and second['checkpoint_step'] == first['checkpoint_step']
+  assert (
+      second['bleu'] == first['bleu']
+      and second['checkpoint_step'] == first['checkpoint_step']
+  )
   assert os.path.exists(os.path.join(root, 'logs', 'memory_k2.eval.log'))
 
 
 def test_grid_dry_run_and_shards(tmp_path):
-  args = ['run', '--config=configs/memory_k64.py:tiny', f'--root={tmp_path}', '--dry_run',
-          '--grid=model.attention.num_memory=1,4,16', '--grid=model.attention.position_encoding=none,renorm',
-          '--config.train.num_steps=7', '--set=decode.beam_size=3']
+  args = [
+      'run',
+      '--config=configs/memory_k64.py:tiny',
+      f'--root={tmp_path}',
+      '--dry_run',
+      '--grid=model.attention.num_memory=1,4,16',
+      '--grid=model.attention.position_encoding=none,renorm',
+      '--config.train.num_steps=7',
+      '--set=decode.beam_size=3',
+  ]
   lines = sweep(*args).stdout.strip().splitlines()
   assert len(lines) == 6
-  assert all('--config.train.num_steps=7' in line and '--config.decode.beam_size=3' in line
-             for line in lines)
-  assert f'--workdir={tmp_path}/num_memory=16+position_encoding=renorm' in lines[-1]
+  assert all(
+      '--config.train.num_steps=7' in line
+      and '--config.decode.beam_size=3' in line
+      for line in lines
+  )
+  assert (
+      f'--workdir={tmp_path}/num_memory=16+position_encoding=renorm'
+      in lines[-1]
+  )
   assert '--config.model.attention.num_memory=16' in lines[-1]
   shard = sweep(*args, '--shard=1/2').stdout.strip().splitlines()
   assert shard == lines[1::2]
-  only = sweep(*args, '--only=num_memory=4+*,*=16+position_encoding=renorm').stdout.strip().splitlines()
+  only = (
+      sweep(*args, '--only=num_memory=4+*,*=16+position_encoding=renorm')
+      .stdout.strip()
+      .splitlines()
+  )
   assert only == [lines[2], lines[3], lines[5]]
-  assert not os.listdir(tmp_path)          # a dry run writes nothing
+  assert not os.listdir(tmp_path)  # a dry run writes nothing
 
 
-@pytest.mark.parametrize('args, fragment', [
-    (['run', '--root=/tmp/x'], 'either --sweep'),
-    (['run', '--sweep=configs/sweeps/britz_copy.py', '--root=/tmp/x', '--shard=2/2'], '--shard'),
-    (['run', '--config=configs/memory_k64.py', '--grid=num_memory', '--root=/tmp/x'],
-     'is not field=value'),
-    (['aggregate', '--root=/nonexistent'], 'found no workdirs'),
-    (['run', '--sweep=configs/sweeps/britz_copy.py', '--root=/tmp/x', '--only=L20/nope*'],
-     "--only='L20/nope*' matches no run"),
-    (['aggregate', '--root=tests', '--workdirs=x', '--pivot=length'], "'length' is not a column"),
-    (['tau', '--config=configs/memory_k64.py:tiny', '--workdir=/tmp/x'], 'flexible attention'),
-])
+@pytest.mark.parametrize(
+    'args, fragment',
+    [
+        (['run', '--root=/tmp/x'], 'either --sweep'),
+        (
+            [
+                'run',
+                '--sweep=configs/sweeps/britz_copy.py',
+                '--root=/tmp/x',
+                '--shard=2/2',
+            ],
+            '--shard',
+        ),
+        (
+            [
+                'run',
+                '--config=configs/memory_k64.py',
+                '--grid=num_memory',
+                '--root=/tmp/x',
+            ],
+            'is not field=value',
+        ),
+        (['aggregate', '--root=/nonexistent'], 'found no workdirs'),
+        (
+            [
+                'run',
+                '--sweep=configs/sweeps/britz_copy.py',
+                '--root=/tmp/x',
+                '--only=L20/nope*',
+            ],
+            "--only='L20/nope*' matches no run",
+        ),
+        (
+            ['aggregate', '--root=tests', '--workdirs=x', '--pivot=length'],
+            "'length' is not a column",
+        ),
+        (
+            ['tau', '--config=configs/memory_k64.py:tiny', '--workdir=/tmp/x'],
+            'flexible attention',
+        ),
+    ],
+)
 def test_sweep_errors_are_one_line(args, fragment):
   result = sweep(*args, check=False)
   assert result.returncode == 2
-  assert fragment in result.stderr and len(result.stderr.strip().splitlines()) == 1
+  assert (
+      fragment in result.stderr and len(result.stderr.strip().splitlines()) == 1
+  )
 
 
 def test_aggregate_writes_csv_and_markdown(runs, tmp_path):
   root = runs['root']
-  out = sweep('aggregate', f'--root={root}', f'--csv={tmp_path}/r.csv',
-              f'--markdown={tmp_path}/r.md', f'--plots={tmp_path}/plots')
+  out = sweep(
+      'aggregate',
+      f'--root={root}',
+      f'--csv={tmp_path}/r.csv',
+      f'--markdown={tmp_path}/r.md',
+      f'--plots={tmp_path}/plots',
+  )
   assert sorted(os.listdir(tmp_path / 'plots')) == [
-      'bleu_vs_K.png', 'decode_s_vs_K.png', 'learning_curves.png', 'tau_tradeoff.png']
+      'bleu_vs_K.png',
+      'decode_s_vs_K.png',
+      'learning_curves.png',
+      'tau_tradeoff.png',
+  ]
   with open(f'{tmp_path}/r.csv') as f:
     rows = {row['run']: row for row in csv.DictReader(f)}
   assert sorted(rows) == ['flexible', 'memory_k2', 'memory_k4']
@@ -126,7 +207,8 @@ def test_aggregate_writes_csv_and_markdown(runs, tmp_path):
       result = json.load(f)
     assert float(row['bleu']) == pytest.approx(result['bleu'])
     assert float(row['decode_s']) == pytest.approx(
-        result['decode_ms_per_sentence'] * result['num_sentences'] / 1000)
+        result['decode_ms_per_sentence'] * result['num_sentences'] / 1000
+    )
   assert rows['memory_k4']['K'] == '4' and rows['flexible']['K'] == ''
   markdown = open(f'{tmp_path}/r.md').read().strip().splitlines()
   assert len(markdown) == 2 + 3 and markdown[0].startswith('| run |')
@@ -136,24 +218,54 @@ def test_aggregate_writes_csv_and_markdown(runs, tmp_path):
 def test_result_row_from_hand_written_workdir(tmp_path):
   workdir = tmp_path / 'w'
   workdir.mkdir()
-  (workdir / 'config.json').write_text(json.dumps({
-      'data': {'name': 'copy', 'max_length': 50},
-      'model': {'hidden_size': 8, 'attention': {'kind': 'global', 'score': 'concat',
-                                                'num_memory': 64, 'position_encoding': 'none'}}}))
-  records = [{'step': 1, 'split': 'train', 'loss': 3.0, 'tokens_per_sec': 10.0},
-             {'step': 2, 'split': 'train', 'loss': 2.0, 'tokens_per_sec': 100.0},
-             {'step': 3, 'split': 'train', 'loss': 1.0, 'tokens_per_sec': 200.0},
-             {'step': 4, 'split': 'train', 'loss': 1.0, 'tokens_per_sec': 1.0},    # stalled
-             {'step': 5, 'split': 'train', 'loss': 1.0, 'tokens_per_sec': 150.0},
-             {'step': 6, 'split': 'train', 'loss': 1.0, 'tokens_per_sec': 180.0},
-             {'step': 3, 'split': 'valid', 'bleu': 40.0},
-             {'step': 6, 'split': 'valid', 'bleu': 30.0}]
-  (workdir / 'metrics.jsonl').write_text(''.join(json.dumps(r) + '\n' for r in records))
-  (workdir / 'eval_results.json').write_text(json.dumps(
-      {'bleu': 41.5, 'decode_ms_per_sentence': 2.5, 'num_sentences': 400, 'beam_size': 10}))
-  row, = runs_lib.results_table([str(workdir)])
+  (workdir / 'config.json').write_text(
+      json.dumps(
+          {
+              'data': {'name': 'copy', 'max_length': 50},
+              'model': {
+                  'hidden_size': 8,
+                  'attention': {
+                      'kind': 'global',
+                      'score': 'concat',
+                      'num_memory': 64,
+                      'position_encoding': 'none',
+                  },
+              },
+          }
+      )
+  )
+  records = [
+      {'step': 1, 'split': 'train', 'loss': 3.0, 'tokens_per_sec': 10.0},
+      {'step': 2, 'split': 'train', 'loss': 2.0, 'tokens_per_sec': 100.0},
+      {'step': 3, 'split': 'train', 'loss': 1.0, 'tokens_per_sec': 200.0},
+      {
+          'step': 4,
+          'split': 'train',
+          'loss': 1.0,
+          'tokens_per_sec': 1.0,
+      },  # stalled
+      {'step': 5, 'split': 'train', 'loss': 1.0, 'tokens_per_sec': 150.0},
+      {'step': 6, 'split': 'train', 'loss': 1.0, 'tokens_per_sec': 180.0},
+      {'step': 3, 'split': 'valid', 'bleu': 40.0},
+      {'step': 6, 'split': 'valid', 'bleu': 30.0},
+  ]
+  (workdir / 'metrics.jsonl').write_text(
+      ''.join(json.dumps(r) + '\n' for r in records)
+  )
+  (workdir / 'eval_results.json').write_text(
+      json.dumps(
+          {
+              'bleu': 41.5,
+              'decode_ms_per_sentence': 2.5,
+              'num_sentences': 400,
+              'beam_size': 10,
+          }
+      )
+  )
+  (row,) = runs_lib.results_table([str(workdir)])
   assert row['decode_s'] == pytest.approx(1.0)
-  assert row['train_tokens_per_sec'] == pytest.approx(150.0)   # compile window left out, median
+  # compile window left out, median
+  assert row['train_tokens_per_sec'] == pytest.approx(150.0)
   assert row['best_valid_bleu'] == 40.0
   assert row['K'] is None and row['PE'] is None and row['score'] == 'concat'
   table = runs_lib.markdown_table([row]).splitlines()
@@ -162,16 +274,24 @@ def test_result_row_from_hand_written_workdir(tmp_path):
 
 def test_tau_sweep_rows(runs):
   with open(os.path.join(runs['root'], 'flexible', 'tau_sweep.json')) as f:
-    rows = {float(r['tau']) if r['tau'] != 'inf' else float('inf'): r
-            for r in json.load(f)['rows']}
+    rows = {
+        float(r['tau']) if r['tau'] != 'inf' else float('inf'): r
+        for r in json.load(f)['rows']
+    }
   with open(os.path.join(runs['root'], 'flexible', 'eval_results.json')) as f:
-    trained = json.load(f)     # greedy, tau = inf: the same decoding as the sweep's inf row
+    # greedy, tau = inf: the same decoding as the sweep's inf row
+    trained = json.load(f)
   assert rows[float('inf')]['avg_window_fraction'] == pytest.approx(1.0)
   assert rows[float('inf')]['bleu'] == pytest.approx(trained['bleu'])
   assert rows[0.5]['avg_window'] <= rows[float('inf')]['avg_window']
   # A second sweep adds its taus to the curve.
-  sweep('tau', '--config=configs/flexible.py:tiny', f'--workdir={runs["root"]}/flexible',
-        '--taus=2', '--config.decode.beam_size=1')
+  sweep(
+      'tau',
+      '--config=configs/flexible.py:tiny',
+      f'--workdir={runs["root"]}/flexible',
+      '--taus=2',
+      '--config.decode.beam_size=1',
+  )
   merged = runs_lib.load_run(f'{runs["root"]}/flexible').tau_sweep
   assert [float(r['tau']) for r in merged] == [0.5, 2.0, float('inf')]
   assert merged[-1] == rows[float('inf')]
@@ -180,40 +300,58 @@ def test_tau_sweep_rows(runs):
 def test_translate_with_attention(runs):
   root = runs['root']
   sentences = attention_maps.sample_sentences(f'{root}/memory_k4', 4)
-  memory = attention_maps.translate_with_attention(f'{root}/memory_k4', sentences)
+  memory = attention_maps.translate_with_attention(
+      f'{root}/memory_k4', sentences
+  )
   config = workdirs.load_config(f'{root}/memory_k4')
   config.decode.beam_size = 1
   # The same hypotheses as the translate mode (greedy, no diagnostics).
   assert [' '.join(t.hypothesis[:-1]) for t in memory] == evaluation.translate(
-      config, f'{root}/memory_k4', sentences)
+      config, f'{root}/memory_k4', sentences
+  )
   for t in memory:
     assert t.weights.shape == (len(t.hypothesis), len(t.source))
     assert t.extras['alpha'].shape == (len(t.source), 4)
     # softmax over time per slot, softmax over slots per step: each step's product sums to 1.
     np.testing.assert_allclose(t.weights.sum(-1), 1.0, rtol=1e-5)
-  flexible = attention_maps.translate_with_attention(f'{root}/flexible', sentences,
-                                                  overrides={'model.attention.tau': 0.5})
+  flexible = attention_maps.translate_with_attention(
+      f'{root}/flexible', sentences, overrides={'model.attention.tau': 0.5}
+  )
   for t in flexible:
     np.testing.assert_allclose(t.weights.sum(-1), 1.0, rtol=1e-5)
     outside = np.arange(len(t.source))[None, :]
-    outside = (outside < t.extras['first'][:, None]) | (outside > t.extras['last'][:, None])
+    outside = (outside < t.extras['first'][:, None]) | (
+        outside > t.extras['last'][:, None]
+    )
     assert np.all(t.weights[outside] == 0)
 
 
 def test_plots_write_png(runs, tmp_path):
   root = runs['root']
-  memory, flexible = (runs_lib.load_run(f'{root}/{n}') for n in ('memory_k4', 'flexible'))
+  memory, flexible = (
+      runs_lib.load_run(f'{root}/{n}') for n in ('memory_k4', 'flexible')
+  )
   plots.plot_learning_curves([memory, flexible], str(tmp_path / 'curves.png'))
   plots.plot_tau_tradeoff([flexible], [memory], str(tmp_path / 'tau.png'))
   rows = runs_lib.results_table([memory.workdir, flexible.workdir])
-  figure = plots.plot_results(rows[:1], 'K', 'bleu', ('L', 'PE'), str(tmp_path / 'k.png'),
-                                    baselines=rows[1:])
+  figure = plots.plot_results(
+      rows[:1],
+      'K',
+      'bleu',
+      ('L', 'PE'),
+      str(tmp_path / 'k.png'),
+      baselines=rows[1:],
+  )
   labels = [t.get_text() for t in figure.axes[0].get_legend().get_texts()]
   length, pe = rows[0]['L'], rows[0]['PE']
-  assert labels == [f'L={length}, PE={pe}',
-                    f'L={length}, {runs_lib.model_label(rows[1], leave_out="L")}']
-  assert (figure.axes[0].get_xlabel(), figure.axes[0].get_ylabel()) == ('K (memory slots)',
-                                                                         'BLEU')
+  assert labels == [
+      f'L={length}, PE={pe}',
+      f'L={length}, {runs_lib.model_label(rows[1], leave_out="L")}',
+  ]
+  assert (figure.axes[0].get_xlabel(), figure.axes[0].get_ylabel()) == (
+      'K (memory slots)',
+      'BLEU',
+  )
   for name in ('curves', 'tau', 'k'):
     with open(tmp_path / f'{name}.png', 'rb') as f:
       assert f.read(8) == b'\x89PNG\r\n\x1a\n'
@@ -222,49 +360,96 @@ def test_plots_write_png(runs, tmp_path):
 
 
 def _images(notebook):
-  return sum('image/png' in out.get('data', {}) for cell in notebook['cells']
-             for out in cell.get('outputs', []))
+  return sum(
+      'image/png' in out.get('data', {})
+      for cell in notebook['cells']
+      for out in cell.get('outputs', [])
+  )
 
 
-@pytest.mark.parametrize('notebook, parameters, env_var, images', [
-    ('inspect_run', {'tau': 0.5}, ('NMT_JAX_WORKDIR', 'flexible'), 3 + 2),
-    ('inspect_run', {}, ('NMT_JAX_WORKDIR', 'memory_k4'), 1 + 3),
-    ('compare_runs', {}, ('NMT_JAX_WORKDIRS', 'memory_k2,memory_k4,flexible'), 1 + 2 + 1),
-])
-def test_notebooks_run_headless(runs, tmp_path, monkeypatch, notebook, parameters, env_var,
-                                images):
+@pytest.mark.parametrize(
+    'notebook, parameters, env_var, images',
+    [
+        ('inspect_run', {'tau': 0.5}, ('NMT_JAX_WORKDIR', 'flexible'), 3 + 2),
+        ('inspect_run', {}, ('NMT_JAX_WORKDIR', 'memory_k4'), 1 + 3),
+        (
+            'compare_runs',
+            {},
+            ('NMT_JAX_WORKDIRS', 'memory_k2,memory_k4,flexible'),
+            1 + 2 + 1,
+        ),
+    ],
+)
+def test_notebooks_run_headless(
+    runs, tmp_path, monkeypatch, notebook, parameters, env_var, images
+):
   import papermill  # pylint: disable=g-import-not-at-top
+
   variable, names = env_var
-  monkeypatch.setenv(variable, ','.join(f'{runs["root"]}/{n}' for n in names.split(',')))
+  monkeypatch.setenv(
+      variable, ','.join(f'{runs["root"]}/{n}' for n in names.split(','))
+  )
   for key, value in conftest.subprocess_env().items():
     monkeypatch.setenv(key, value)
   output = tmp_path / f'{notebook}.ipynb'
   # Raises PapermillExecutionError if any cell fails.
-  papermill.execute_notebook(os.path.join(ROOT, 'notebooks', f'{notebook}.ipynb'), str(output),
-                             parameters=parameters, cwd=ROOT, progress_bar=False,
-                             kernel_name='python3')
+  papermill.execute_notebook(
+      os.path.join(ROOT, 'notebooks', f'{notebook}.ipynb'),
+      str(output),
+      parameters=parameters,
+      cwd=ROOT,
+      progress_bar=False,
+      kernel_name='python3',
+  )
   with open(output) as f:
     assert _images(json.load(f)) == images
 
 
 def test_pivot_table_puts_each_model_on_one_row():
-  def row(run, L, attention, K=None, PE=None, score=None, bleu=None, decode_s=None):
-    return {'run': run, 'L': L, 'attention': attention, 'K': K, 'PE': PE, 'score': score,
-            'bleu': bleu, 'decode_s': decode_s}
-  rows = [row('L50/global', 50, 'global', score='concat', bleu=99.0, decode_s=9.0),
-          row('L20/k4_pe', 20, 'memory', 4, 'renorm', bleu=80.0, decode_s=2.0),
-          row('L20/k16', 20, 'memory', 16, 'none', bleu=90.0, decode_s=3.0),
-          row('L20/none', 20, 'none', bleu=50.0, decode_s=1.5),
-          row('L50/k4_pe', 50, 'memory', 4, 'renorm', bleu=60.0, decode_s=5.0)]
+  def row(
+      run, L, attention, K=None, PE=None, score=None, bleu=None, decode_s=None
+  ):
+    return {
+        'run': run,
+        'L': L,
+        'attention': attention,
+        'K': K,
+        'PE': PE,
+        'score': score,
+        'bleu': bleu,
+        'decode_s': decode_s,
+    }
+
+  rows = [
+      row('L50/global', 50, 'global', score='concat', bleu=99.0, decode_s=9.0),
+      row('L20/k4_pe', 20, 'memory', 4, 'renorm', bleu=80.0, decode_s=2.0),
+      row('L20/k16', 20, 'memory', 16, 'none', bleu=90.0, decode_s=3.0),
+      row('L20/none', 20, 'none', bleu=50.0, decode_s=1.5),
+      row('L50/k4_pe', 50, 'memory', 4, 'renorm', bleu=60.0, decode_s=5.0),
+  ]
   lines = runs_lib.pivot_table(rows, 'L').splitlines()
-  assert lines[0] == '| model | L=20 bleu | L=20 decode_s | L=50 bleu | L=50 decode_s |'
-  assert lines[2:] == ['| none | 50.00 | 1.50 |  |  |',
-                       '| memory K=4 +PE (renorm) | 80.00 | 2.00 | 60.00 | 5.00 |',
-                       '| memory K=16 | 90.00 | 3.00 |  |  |',
-                       '| global concat |  |  | 99.00 | 9.00 |']
-  by_k = runs_lib.pivot_table([r for r in rows if r['L'] == 20], 'K', ['bleu']).splitlines()
+  assert (
+      lines[0]
+      == '| model | L=20 bleu | L=20 decode_s | L=50 bleu | L=50 decode_s |'
+  )
+  assert lines[2:] == [
+      '| none | 50.00 | 1.50 |  |  |',
+      '| memory K=4 +PE (renorm) | 80.00 | 2.00 | 60.00 | 5.00 |',
+      '| memory K=16 | 90.00 | 3.00 |  |  |',
+      '| global concat |  |  | 99.00 | 9.00 |',
+  ]
+  by_k = runs_lib.pivot_table(
+      [r for r in rows if r['L'] == 20], 'K', ['bleu']
+  ).splitlines()
   assert by_k[0] == '| model | K=4 bleu | K=16 bleu | K=None bleu |'
-  assert by_k[2:] == ['| none |  |  | 50.00 |', '| memory +PE (renorm) | 80.00 |  |  |',
-                      '| memory |  | 90.00 |  |']
-  with pytest.raises(ValueError, match='L20/k16 and L20/k16b are the same model at L=20'):
-    runs_lib.pivot_table(rows + [row('L20/k16b', 20, 'memory', 16, 'none')], 'L')
+  assert by_k[2:] == [
+      '| none |  |  | 50.00 |',
+      '| memory +PE (renorm) | 80.00 |  |  |',
+      '| memory |  | 90.00 |  |',
+  ]
+  with pytest.raises(
+      ValueError, match='L20/k16 and L20/k16b are the same model at L=20'
+  ):
+    runs_lib.pivot_table(
+        rows + [row('L20/k16b', 20, 'memory', 16, 'none')], 'L'
+    )

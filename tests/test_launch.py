@@ -11,77 +11,147 @@ CONFIG = 'configs/memory_k64.py'
 
 
 def launch(script, *args):
-  return subprocess.run(['bash', os.path.join(ROOT, 'launch', script), *args], cwd=ROOT,
-                        capture_output=True, text=True, timeout=60)
+  return subprocess.run(
+      ['bash', os.path.join(ROOT, 'launch', script), *args],
+      cwd=ROOT,
+      capture_output=True,
+      text=True,
+      timeout=60,
+  )
 
 
 def dry_run(script, *args):
   args = list(args)
-  at = args.index('--') if '--' in args else len(args)   # nmt_jax flags go after '--'
+  # nmt_jax flags go after '--'
+  at = args.index('--') if '--' in args else len(args)
   result = launch(script, *args[:at], '--dry-run', *args[at:])
   assert result.returncode == 0, result.stderr
   return [line for line in result.stdout.splitlines() if line]
 
 
 def test_tpu_pod_run_starts_every_worker_with_the_exact_command():
-  lines = dry_run('tpu_pod.sh', 'run', '--name=nmt', '--zone=us-central2-b', '--project=p1',
-                  f'--config={CONFIG}:wmt17_de_en', "--workdir=/mnt/shared/it's x", '--',
-                  '--config.train.batch_size=512')
+  lines = dry_run(
+      'tpu_pod.sh',
+      'run',
+      '--name=nmt',
+      '--zone=us-central2-b',
+      '--project=p1',
+      f'--config={CONFIG}:wmt17_de_en',
+      "--workdir=/mnt/shared/it's x",
+      '--',
+      '--config.train.batch_size=512',
+  )
   assert len(lines) == 1
   argv = shlex.split(lines[0])
   assert argv[:6] == ['gcloud', 'compute', 'tpus', 'tpu-vm', 'ssh', 'nmt']
   assert {'--zone=us-central2-b', '--project=p1', '--worker=all'} <= set(argv)
-  remote = next(a for a in argv if a.startswith('--command='))[len('--command='):]
-  assert remote.startswith('cd ~/nmt_jax && nohup ') and remote.endswith('> ~/nmt_jax.log 2>&1 &')
-  command = shlex.split(remote[len('cd ~/nmt_jax && nohup '):-len('> ~/nmt_jax.log 2>&1 &')])
-  assert command == ['python3', '-m', 'nmt_jax.main', '--distributed=on',
-                     f'--config={CONFIG}:wmt17_de_en', "--workdir=/mnt/shared/it's x",
-                     '--config.train.batch_size=512']
+  remote = next(a for a in argv if a.startswith('--command='))[
+      len('--command=') :
+  ]
+  assert remote.startswith('cd ~/nmt_jax && nohup ') and remote.endswith(
+      '> ~/nmt_jax.log 2>&1 &'
+  )
+  command = shlex.split(
+      remote[len('cd ~/nmt_jax && nohup ') : -len('> ~/nmt_jax.log 2>&1 &')]
+  )
+  assert command == [
+      'python3',
+      '-m',
+      'nmt_jax.main',
+      '--distributed=on',
+      f'--config={CONFIG}:wmt17_de_en',
+      "--workdir=/mnt/shared/it's x",
+      '--config.train.batch_size=512',
+  ]
 
 
-@pytest.mark.parametrize('action, expected', [
-    ('create', 'gcloud compute tpus tpu-vm create nmt --zone=z --accelerator-type=v4-32 '
-               '--version=tpu-ubuntu2204-base'),
-    ('stop', "gcloud compute tpus tpu-vm ssh nmt --zone=z --worker=all "
-             "'--command=pkill -INT -f nmt_jax.main || true'"),
-    ('delete', 'gcloud compute tpus tpu-vm delete nmt --zone=z --quiet'),
-    ('logs', "gcloud compute tpus tpu-vm ssh nmt --zone=z --worker=0 "
-             "'--command=tail -n 200 -f ~/nmt_jax.log'"),
-])
+@pytest.mark.parametrize(
+    'action, expected',
+    [
+        (
+            'create',
+            'gcloud compute tpus tpu-vm create nmt --zone=z --accelerator-type=v4-32 '
+            '--version=tpu-ubuntu2204-base',
+        ),
+        (
+            'stop',
+            'gcloud compute tpus tpu-vm ssh nmt --zone=z --worker=all '
+            "'--command=pkill -INT -f nmt_jax.main || true'",
+        ),
+        ('delete', 'gcloud compute tpus tpu-vm delete nmt --zone=z --quiet'),
+        (
+            'logs',
+            'gcloud compute tpus tpu-vm ssh nmt --zone=z --worker=0 '
+            "'--command=tail -n 200 -f ~/nmt_jax.log'",
+        ),
+    ],
+)
 def test_tpu_pod_lifecycle_commands(action, expected):
-  assert dry_run('tpu_pod.sh', action, '--name=nmt', '--zone=z', '--accelerator=v4-32') == \
-      [expected]
+  assert dry_run(
+      'tpu_pod.sh', action, '--name=nmt', '--zone=z', '--accelerator=v4-32'
+  ) == [expected]
 
 
 def test_tpu_pod_install_ships_the_committed_tree_to_all_workers():
   lines = dry_run('tpu_pod.sh', 'install', '--name=nmt', '--zone=z')
   assert lines[0].startswith(f'git -C {ROOT} archive --format=tar.gz')
   assert 'scp' in lines[1] and '--worker=all' in lines[1]
-  assert "pip install -e ~/nmt_jax[data] 'jax[tpu]>=0.10.2,<0.11'" in shlex.split(lines[2])[-1]
+  assert (
+      "pip install -e ~/nmt_jax[data] 'jax[tpu]>=0.10.2,<0.11'"
+      in shlex.split(lines[2])[-1]
+  )
 
 
-@pytest.mark.parametrize('per, tasks, local_ids', [('gpu', 4, None), ('node', 1, '0,1,2,3')])
+@pytest.mark.parametrize(
+    'per, tasks, local_ids', [('gpu', 4, None), ('node', 1, '0,1,2,3')]
+)
 def test_slurm_script(per, tasks, local_ids):
-  lines = dry_run('slurm.sh', '--nodes=2', '--gpus-per-node=4', f'--per={per}',
-                  '--partition=a100', f'--config={CONFIG}', '--workdir=/shared/my runs/x',
-                  '--venv=/shared/venv', '--', '--config.train.num_steps=10')
+  lines = dry_run(
+      'slurm.sh',
+      '--nodes=2',
+      '--gpus-per-node=4',
+      f'--per={per}',
+      '--partition=a100',
+      f'--config={CONFIG}',
+      '--workdir=/shared/my runs/x',
+      '--venv=/shared/venv',
+      '--',
+      '--config.train.num_steps=10',
+  )
   assert lines[0] == '#!/bin/bash'
-  directives = {l.split('=')[0]: l.split('=', 1)[1] for l in lines if l.startswith('#SBATCH')}
+  directives = {
+      line.split('=')[0]: line.split('=', 1)[1]
+      for line in lines
+      if line.startswith('#SBATCH')
+  }
   assert directives['#SBATCH --nodes'] == '2'
   assert directives['#SBATCH --ntasks-per-node'] == str(tasks)
   assert directives['#SBATCH --gpus-per-node'] == '4'
   assert directives['#SBATCH --partition'] == 'a100'
   assert f'cd {ROOT}' in lines and 'source /shared/venv/bin/activate' in lines
-  srun = shlex.split(next(l for l in lines if l.startswith('srun ')))
-  expected = ['srun', 'python', '-m', 'nmt_jax.main', '--distributed=on', f'--config={CONFIG}',
-              '--workdir=/shared/my runs/x']
+  srun = shlex.split(next(line for line in lines if line.startswith('srun ')))
+  expected = [
+      'srun',
+      'python',
+      '-m',
+      'nmt_jax.main',
+      '--distributed=on',
+      f'--config={CONFIG}',
+      '--workdir=/shared/my runs/x',
+  ]
   expected += [f'--local_device_ids={local_ids}'] if local_ids else []
   assert srun == expected + ['--config.train.num_steps=10']
 
 
 def test_multi_gpu_one_process_per_gpu():
-  lines = dry_run('multi_gpu.sh', '--gpus=0,1,2', '--processes=per-gpu', '--port=4000',
-                  f'--config={CONFIG}', '--workdir=runs/x')
+  lines = dry_run(
+      'multi_gpu.sh',
+      '--gpus=0,1,2',
+      '--processes=per-gpu',
+      '--port=4000',
+      f'--config={CONFIG}',
+      '--workdir=runs/x',
+  )
   assert lines[0] == 'mkdir -p runs/x' and lines[-1] == 'wait'
   starts = lines[1:-1]
   assert len(starts) == 3
@@ -89,37 +159,107 @@ def test_multi_gpu_one_process_per_gpu():
     argv = shlex.split(line)
     assert argv[:2] == ['env', 'CUDA_VISIBLE_DEVICES=0,1,2']
     assert argv[-4:] == ['>', f'runs/x/process{i}.log', '2>&1', '&']
-    assert {'--coordinator_address=localhost:4000', '--num_processes=3', f'--process_id={i}',
-            f'--local_device_ids={i}'} <= set(argv)
+    assert {
+        '--coordinator_address=localhost:4000',
+        '--num_processes=3',
+        f'--process_id={i}',
+        f'--local_device_ids={i}',
+    } <= set(argv)
 
 
 def test_multi_gpu_one_process():
-  assert dry_run('multi_gpu.sh', '--gpus=0,1', f'--config={CONFIG}', '--workdir=runs/x') == [
-      f'env CUDA_VISIBLE_DEVICES=0,1 python -m nmt_jax.main --config={CONFIG} --workdir=runs/x']
+  assert dry_run(
+      'multi_gpu.sh', '--gpus=0,1', f'--config={CONFIG}', '--workdir=runs/x'
+  ) == [
+      f'env CUDA_VISIBLE_DEVICES=0,1 python -m nmt_jax.main --config={CONFIG} --workdir=runs/x'
+  ]
 
 
-@pytest.mark.parametrize('script, args, message', [
-    ('tpu_pod.sh', [], 'no action'),
-    ('tpu_pod.sh', ['launch'], "unknown action 'launch'"),
-    ('tpu_pod.sh', ['create', '--zone=z'], '--name is required'),
-    ('tpu_pod.sh', ['create', '--name=Bad_Name', '--zone=z'], 'not a valid TPU name'),
-    ('tpu_pod.sh', ['create', '--name=nmt', '--zone=z', '--accelerator=a100'], 'not a TPU type'),
-    ('tpu_pod.sh', ['run', '--name=nmt', '--zone=z', '--config=configs/nope.py',
-                    '--workdir=w'], 'config file configs/nope.py does not exist'),
-    ('tpu_pod.sh', ['run', '--name=nmt', '--zone=z', f'--config={CONFIG}'], 'needs --workdir'),
-    ('tpu_pod.sh', ['stop', '--name', 'nmt'], "write --name=VALUE"),
-    ('slurm.sh', ['--nodes=0', '--gpus-per-node=8'], '--nodes=0 must be a positive integer'),
-    ('slurm.sh', ['--nodes=1', '--gpus-per-node=8', '--per=socket'], "must be 'gpu' or 'node'"),
-    ('slurm.sh', ['--nodes=1', '--gpus-per-node=8', '--time=tomorrow'], 'not a SLURM time'),
-    ('slurm.sh', ['--nodes=1', '--gpus-per-node=8', f'--config={CONFIG}'], '--workdir is required'),
-    ('slurm.sh', ['--nodes=1', '--gpus-per-node=8', f'--config={CONFIG}', '--workdir=w',
-                  '--venv=/nonexistent'], 'has no bin/activate'),
-    ('multi_gpu.sh', [f'--config={CONFIG}', '--workdir=w', '--gpus=0;1'], 'must be GPU numbers'),
-    ('multi_gpu.sh', [f'--config={CONFIG}', '--workdir=w', '--processes=2'], "'one' or 'per-gpu'"),
-    ('multi_gpu.sh', ['--workdir=w', '--frobnicate'], "unknown argument '--frobnicate'"),
-])
+@pytest.mark.parametrize(
+    'script, args, message',
+    [
+        ('tpu_pod.sh', [], 'no action'),
+        ('tpu_pod.sh', ['launch'], "unknown action 'launch'"),
+        ('tpu_pod.sh', ['create', '--zone=z'], '--name is required'),
+        (
+            'tpu_pod.sh',
+            ['create', '--name=Bad_Name', '--zone=z'],
+            'not a valid TPU name',
+        ),
+        (
+            'tpu_pod.sh',
+            ['create', '--name=nmt', '--zone=z', '--accelerator=a100'],
+            'not a TPU type',
+        ),
+        (
+            'tpu_pod.sh',
+            [
+                'run',
+                '--name=nmt',
+                '--zone=z',
+                '--config=configs/nope.py',
+                '--workdir=w',
+            ],
+            'config file configs/nope.py does not exist',
+        ),
+        (
+            'tpu_pod.sh',
+            ['run', '--name=nmt', '--zone=z', f'--config={CONFIG}'],
+            'needs --workdir',
+        ),
+        ('tpu_pod.sh', ['stop', '--name', 'nmt'], 'write --name=VALUE'),
+        (
+            'slurm.sh',
+            ['--nodes=0', '--gpus-per-node=8'],
+            '--nodes=0 must be a positive integer',
+        ),
+        (
+            'slurm.sh',
+            ['--nodes=1', '--gpus-per-node=8', '--per=socket'],
+            "must be 'gpu' or 'node'",
+        ),
+        (
+            'slurm.sh',
+            ['--nodes=1', '--gpus-per-node=8', '--time=tomorrow'],
+            'not a SLURM time',
+        ),
+        (
+            'slurm.sh',
+            ['--nodes=1', '--gpus-per-node=8', f'--config={CONFIG}'],
+            '--workdir is required',
+        ),
+        (
+            'slurm.sh',
+            [
+                '--nodes=1',
+                '--gpus-per-node=8',
+                f'--config={CONFIG}',
+                '--workdir=w',
+                '--venv=/nonexistent',
+            ],
+            'has no bin/activate',
+        ),
+        (
+            'multi_gpu.sh',
+            [f'--config={CONFIG}', '--workdir=w', '--gpus=0;1'],
+            'must be GPU numbers',
+        ),
+        (
+            'multi_gpu.sh',
+            [f'--config={CONFIG}', '--workdir=w', '--processes=2'],
+            "'one' or 'per-gpu'",
+        ),
+        (
+            'multi_gpu.sh',
+            ['--workdir=w', '--frobnicate'],
+            "unknown argument '--frobnicate'",
+        ),
+    ],
+)
 def test_argument_errors(script, args, message):
   result = launch(script, *args)
   assert result.returncode == 2
   lines = result.stderr.strip().splitlines()
-  assert len(lines) == 1 and lines[0].startswith('error: ') and message in lines[0], lines
+  assert (
+      len(lines) == 1 and lines[0].startswith('error: ') and message in lines[0]
+  ), lines

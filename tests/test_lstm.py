@@ -3,21 +3,27 @@
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
-import numpy as np
 from jax.test_util import check_grads
+import numpy as np
 
 from nmt_jax import lstm
 
 
 def _flax_reference(params, x, lengths, hidden):
   """Scans flax's nn.LSTMCell (gate order i, f, g, o) with our kernels split per gate."""
-  w_x, w_h, b = params['input_kernel'], params['recurrent_kernel'], params['bias']
+  w_x, w_h, b = (
+      params['input_kernel'],
+      params['recurrent_kernel'],
+      params['bias'],
+  )
   names = ['i', 'f', 'g', 'o']
   cell_params = {}
   for k, name in enumerate(names):
-    cell_params[f'i{name}'] = {'kernel': w_x[:, k * hidden:(k + 1) * hidden]}
-    cell_params[f'h{name}'] = {'kernel': w_h[:, k * hidden:(k + 1) * hidden],
-                               'bias': b[k * hidden:(k + 1) * hidden]}
+    cell_params[f'i{name}'] = {'kernel': w_x[:, k * hidden : (k + 1) * hidden]}
+    cell_params[f'h{name}'] = {
+        'kernel': w_h[:, k * hidden : (k + 1) * hidden],
+        'bias': b[k * hidden : (k + 1) * hidden],
+    }
   cell = nn.LSTMCell(hidden)
   carry = (jnp.zeros((x.shape[0], hidden)),) * 2
   outputs = []
@@ -34,13 +40,19 @@ def test_lstm_matches_flax_lstm_cell():
   x = jnp.asarray(rng.normal(size=(3, 6, 5)), jnp.float32)
   lengths = jnp.array([6, 2, 4])
   layer = lstm.LSTM(7, forget_bias=1.0)
-  params = layer.init(jax.random.key(0), jnp.swapaxes(x, 0, 1), lengths)['params']
-  params = jax.tree_util.tree_map(lambda p: p + 0.1 * jax.random.normal(jax.random.key(1), p.shape), params)
+  params = layer.init(jax.random.key(0), jnp.swapaxes(x, 0, 1), lengths)[
+      'params'
+  ]
+  params = jax.tree_util.tree_map(
+      lambda p: p + 0.1 * jax.random.normal(jax.random.key(1), p.shape), params
+  )
   out, (c, h) = layer.apply({'params': params}, jnp.swapaxes(x, 0, 1), lengths)
   out = jnp.swapaxes(out, 0, 1)
   ref_out, (ref_c, ref_h) = _flax_reference(params, x, lengths, 7)
   mask = (jnp.arange(6)[None, :] < lengths[:, None])[..., None]
-  np.testing.assert_allclose(jnp.where(mask, out, 0), jnp.where(mask, ref_out, 0), atol=1e-5)
+  np.testing.assert_allclose(
+      jnp.where(mask, out, 0), jnp.where(mask, ref_out, 0), atol=1e-5
+  )
   np.testing.assert_allclose(c, ref_c, atol=1e-5)
   np.testing.assert_allclose(h, ref_h, atol=1e-5)
 
@@ -57,14 +69,21 @@ def test_recurrence_vjp_matches_autodiff():
     x_gates = jnp.asarray(rng.normal(size=(t, b, 4 * h)))
     w_h = jnp.asarray(rng.normal(size=(h, 4 * h)) * 0.5)
     lengths = np.array([6, 1, 3, 5])
-    valid = jnp.asarray((np.arange(t)[:, None, None] < lengths[None, :, None]).astype(np.float64))
-    weights = [jnp.asarray(rng.normal(size=s)) for s in [(t, b, h), (b, h), (b, h)]]
+    valid = jnp.asarray(
+        (np.arange(t)[:, None, None] < lengths[None, :, None]).astype(
+            np.float64
+        )
+    )
+    weights = [
+        jnp.asarray(rng.normal(size=s)) for s in [(t, b, h), (b, h), (b, h)]
+    ]
 
     def reference(x_gates, w_h):
       def step(carry, inputs):
         gates, v = inputs
         new = lstm.lstm_update(carry, gates + carry[1] @ w_h)
         return tuple(jnp.where(v > 0, n, o) for n, o in zip(new, carry)), new[1]
+
       zeros = jnp.zeros((b, h))
       carry, out = jax.lax.scan(step, (zeros, zeros), (x_gates, valid))
       return out, carry
@@ -72,12 +91,19 @@ def test_recurrence_vjp_matches_autodiff():
     def loss(fn):
       def f(x_gates, w_h):
         out, (c, hid) = fn(x_gates, w_h)
-        return (out * weights[0]).sum() + (c * weights[1]).sum() + (jnp.sin(hid) * weights[2]).sum()
+        return (
+            (out * weights[0]).sum()
+            + (c * weights[1]).sum()
+            + (jnp.sin(hid) * weights[2]).sum()
+        )
+
       return f
 
     custom = lambda x_gates, w_h: lstm.lstm_recurrence(x_gates, w_h, valid)
-    for a, r in zip(jax.tree_util.tree_leaves(custom(x_gates, w_h)),
-                    jax.tree_util.tree_leaves(reference(x_gates, w_h))):
+    for a, r in zip(
+        jax.tree_util.tree_leaves(custom(x_gates, w_h)),
+        jax.tree_util.tree_leaves(reference(x_gates, w_h)),
+    ):
       np.testing.assert_allclose(a, r, atol=1e-12)
     got = jax.grad(loss(custom), argnums=(0, 1))(x_gates, w_h)
     want = jax.grad(loss(reference), argnums=(0, 1))(x_gates, w_h)
@@ -90,8 +116,10 @@ def test_padding_never_changes_valid_outputs():
   rng = np.random.default_rng(1)
   lengths = jnp.array([5, 2, 3])
   x = jnp.asarray(rng.normal(size=(3, 5, 4)), jnp.float32)
-  noisy = jnp.where((jnp.arange(5)[None, :] < lengths[:, None])[..., None], x, 100.0)
-  padded = jnp.concatenate([x, jnp.ones((3, 3, 4))], 1)     # longer padding
+  noisy = jnp.where(
+      (jnp.arange(5)[None, :] < lengths[:, None])[..., None], x, 100.0
+  )
+  padded = jnp.concatenate([x, jnp.ones((3, 3, 4))], 1)  # longer padding
   layer = lstm.BiLSTM(6)
   time_major = lambda a: jnp.swapaxes(a, 0, 1)
   params = layer.init(jax.random.key(0), time_major(x), lengths)
@@ -101,12 +129,14 @@ def test_padding_never_changes_valid_outputs():
   for other in (noisy, padded):
     out2, carry2 = layer.apply(params, time_major(other), lengths)
     out2 = time_major(out2)
-    np.testing.assert_allclose(jnp.where(mask, out2[:, :5], 0), jnp.where(mask, out, 0), atol=1e-6)
+    np.testing.assert_allclose(
+        jnp.where(mask, out2[:, :5], 0), jnp.where(mask, out, 0), atol=1e-6
+    )
     for a, b in zip(carry, carry2):
       np.testing.assert_allclose(a, b, atol=1e-6)
 
 
 def test_reverse_padded():
-  x = jnp.arange(10).reshape(2, 5).T[..., None]                 # [T=5, B=2, 1]
+  x = jnp.arange(10).reshape(2, 5).T[..., None]  # [T=5, B=2, 1]
   out = lstm.reverse_padded(x, jnp.array([3, 5]))[..., 0].T
   np.testing.assert_array_equal(out, [[2, 1, 0, 3, 4], [9, 8, 7, 6, 5]])

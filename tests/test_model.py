@@ -12,9 +12,14 @@ import pytest
 from nmt_jax import models
 from tests import helpers
 
-VARIANTS = [('none', 'dot', 'current'), ('global', 'dot', 'current'),
-            ('global', 'general', 'current'), ('global', 'concat', 'previous'),
-            ('global', 'location', 'current'), ('global', 'general', 'previous')]
+VARIANTS = [
+    ('none', 'dot', 'current'),
+    ('global', 'dot', 'current'),
+    ('global', 'general', 'current'),
+    ('global', 'concat', 'previous'),
+    ('global', 'location', 'current'),
+    ('global', 'general', 'previous'),
+]
 
 
 @functools.lru_cache(maxsize=None)
@@ -22,7 +27,11 @@ def _setup(kind, score, query):
   config = helpers.tiny_config(kind, score, query=query)
   model = helpers.make_model(config)
   params = helpers.init_params(model, seed=1)
-  return model, params, jax.jit(lambda s, t: model.apply({'params': params}, s, t)[0])
+  return (
+      model,
+      params,
+      jax.jit(lambda s, t: model.apply({'params': params}, s, t)[0]),
+  )
 
 
 @pytest.mark.parametrize('kind,score,query', VARIANTS)
@@ -30,9 +39,18 @@ def test_stepwise_decoding_equals_scanned_forward(kind, score, query):
   model, params, _ = _setup(kind, score, query)
   source, target_in, _ = helpers.random_batch(np.random.default_rng(0), 3, 7, 6)
   logits, _ = model.apply({'params': params}, source, target_in)
-  encode = jax.jit(lambda s: model.apply({'params': params}, s, method=models.Seq2Seq.encode))
-  step = jax.jit(lambda state, cache, tokens: model.apply(
-      {'params': params}, state, cache, tokens, method=models.Seq2Seq.decode_step))
+  encode = jax.jit(
+      lambda s: model.apply({'params': params}, s, method=models.Seq2Seq.encode)
+  )
+  step = jax.jit(
+      lambda state, cache, tokens: model.apply(
+          {'params': params},
+          state,
+          cache,
+          tokens,
+          method=models.Seq2Seq.decode_step,
+      )
+  )
   cache, state = encode(source)
   for t in range(target_in.shape[1]):
     state, step_logits, _ = step(state, cache, target_in[:, t])
@@ -44,11 +62,16 @@ def test_stepwise_decoding_equals_scanned_forward(kind, score, query):
 @hypothesis.given(extra=st.integers(1, 4), seed=st.integers(0, 2**16))
 def test_source_padding_never_changes_logits(kind, score, query, extra, seed):
   _, _, apply = _setup(kind, score, query)
-  source, target_in, target_out = helpers.random_batch(np.random.default_rng(seed), 3, 5, 5)
+  source, target_in, target_out = helpers.random_batch(
+      np.random.default_rng(seed), 3, 5, 5
+  )
   padded = np.pad(source, ((0, 0), (0, extra)))
   mask = (target_out != 0)[..., None]
-  np.testing.assert_allclose(np.where(mask, apply(padded, target_in), 0),
-                             np.where(mask, apply(source, target_in), 0), atol=1e-5)
+  np.testing.assert_allclose(
+      np.where(mask, apply(padded, target_in), 0),
+      np.where(mask, apply(source, target_in), 0),
+      atol=1e-5,
+  )
 
 
 def test_rows_are_independent_of_the_batch():
@@ -60,17 +83,32 @@ def test_rows_are_independent_of_the_batch():
   np.testing.assert_allclose(single[0], full[2], atol=1e-5)
 
 
-@pytest.mark.parametrize('bridge,bidirectional', [('dense', 'all'), ('copy', 'none'), ('zero', 'bottom')])
+@pytest.mark.parametrize(
+    'bridge,bidirectional',
+    [('dense', 'all'), ('copy', 'none'), ('zero', 'bottom')],
+)
 def test_gradients_are_finite_and_reach_every_parameter(bridge, bidirectional):
-  config = helpers.tiny_config('global', 'concat', bridge=bridge, bidirectional=bidirectional,
-                               num_encoder_layers=2, num_decoder_layers=2, output_hidden_size=12)
+  config = helpers.tiny_config(
+      'global',
+      'concat',
+      bridge=bridge,
+      bidirectional=bidirectional,
+      num_encoder_layers=2,
+      num_decoder_layers=2,
+      output_hidden_size=12,
+  )
   model = helpers.make_model(config)
   params = helpers.init_params(model)
-  source, target_in, target_out = helpers.random_batch(np.random.default_rng(0), 3, 6, 6)
+  source, target_in, target_out = helpers.random_batch(
+      np.random.default_rng(0), 3, 6, 6
+  )
 
   def loss(p):
     logits, _ = model.apply({'params': p}, source, target_in)
-    return -jnp.sum(jax.nn.log_softmax(logits) * jax.nn.one_hot(target_out, logits.shape[-1]))
+    return -jnp.sum(
+        jax.nn.log_softmax(logits)
+        * jax.nn.one_hot(target_out, logits.shape[-1])
+    )
 
   grads = jax.jit(jax.grad(loss))(params)
   for path, g in jax.tree_util.tree_flatten_with_path(grads)[0]:
@@ -78,3 +116,58 @@ def test_gradients_are_finite_and_reach_every_parameter(bridge, bidirectional):
     if bridge == 'zero' and 'bridge' in jax.tree_util.keystr(path):
       continue
     assert np.any(g != 0), f'no gradient reaches {jax.tree_util.keystr(path)}'
+
+
+# Parameter paths are the checkpoint format: a workdir trained before a
+# refactoring must still restore after it.
+SHARED_PARAMS = {
+    'decoder/bridge_c_0/bias',
+    'decoder/bridge_c_0/kernel',
+    'decoder/bridge_h_0/bias',
+    'decoder/bridge_h_0/kernel',
+    'decoder/cell/kernel_0',
+    'decoder/embed/embedding',
+    'decoder/input_proj/bias',
+    'decoder/input_proj/kernel',
+    'decoder/output/bias',
+    'decoder/output/kernel',
+    'encoder/embed/embedding',
+    'encoder/layer_0/backward/bias',
+    'encoder/layer_0/backward/input_kernel',
+    'encoder/layer_0/backward/recurrent_kernel',
+    'encoder/layer_0/forward/bias',
+    'encoder/layer_0/forward/input_kernel',
+    'encoder/layer_0/forward/recurrent_kernel',
+}
+CONCAT = {
+    'scorer/key_proj/kernel',
+    'scorer/query_proj/kernel',
+    'scorer/v/kernel',
+}
+KIND_PARAMS = {
+    'none': set(),
+    'global': CONCAT,
+    'local_m': CONCAT,
+    'local_p': CONCAT | {'position_hidden/kernel', 'position_out/kernel'},
+    'flexible': (
+        CONCAT
+        | {'strength_hidden/kernel', 'strength_out/bias', 'strength_out/kernel'}
+    ),
+    'memory': {'decoder_scores/kernel', 'encoder_scores/kernel'},
+}
+
+
+@pytest.mark.parametrize('kind', sorted(KIND_PARAMS))
+def test_parameter_paths_are_stable(kind):
+  config = helpers.tiny_config(kind, 'concat')
+  params = helpers.init_params(helpers.make_model(config))
+  paths = {
+      '/'.join(str(key.key) for key in path)
+      for path, _ in jax.tree_util.tree_flatten_with_path(params)[0]
+  }
+  expected = SHARED_PARAMS | {
+      f'decoder/attention/{p}' for p in KIND_PARAMS[kind]
+  }
+  if kind != 'none':
+    expected.add('decoder/combine/kernel')  # W_c
+  assert paths == expected

@@ -11,7 +11,9 @@ import numpy as np
 import pytest
 
 from tests import conftest
-from tests.test_cli import QUICK, final_params, nmt
+from tests.test_cli import QUICK
+from tests.test_cli import final_params
+from tests.test_cli import nmt
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CONFIG = 'configs/global_general.py:tiny'
@@ -28,10 +30,21 @@ def free_port() -> int:
 def start(process_id, port, *args, num_processes=2):
   """One process of the run; the test waits on (and kills) only the processes it started."""
   return subprocess.Popen(
-      [sys.executable, '-m', 'nmt_jax.main', *args, f'--coordinator_address=localhost:{port}',
-       f'--num_processes={num_processes}', f'--process_id={process_id}'],
-      cwd=ROOT, env=conftest.subprocess_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-      text=True)
+      [
+          sys.executable,
+          '-m',
+          'nmt_jax.main',
+          *args,
+          f'--coordinator_address=localhost:{port}',
+          f'--num_processes={num_processes}',
+          f'--process_id={process_id}',
+      ],
+      cwd=ROOT,
+      env=conftest.subprocess_env(),
+      stdout=subprocess.PIPE,
+      stderr=subprocess.PIPE,
+      text=True,
+  )
 
 
 def run_two_processes(*args, timeout=600):
@@ -49,20 +62,31 @@ def run_two_processes(*args, timeout=600):
 
 
 def test_two_processes_train_resume_and_agree_with_one(tmp_path):
-  args = [f'--config={CONFIG}', *QUICK, '--config.train.checkpoint_every=3',
-          '--config.train.eval_every=3', '--config.train.log_every=3']
+  args = [
+      f'--config={CONFIG}',
+      *QUICK,
+      '--config.train.checkpoint_every=3',
+      '--config.train.eval_every=3',
+      '--config.train.log_every=3',
+  ]
   two, one = str(tmp_path / 'two'), str(tmp_path / 'one')
-  logs = run_two_processes(*args, '--config.train.num_steps=3', f'--workdir={two}')
+  logs = run_two_processes(
+      *args, '--config.train.num_steps=3', f'--workdir={two}'
+  )
   assert 'in 2 process(es)' in logs[0]
   # Restarted on the same workdir: both processes restore step 3 and go on.
-  logs = run_two_processes(*args, '--config.train.num_steps=6', f'--workdir={two}')
+  logs = run_two_processes(
+      *args, '--config.train.num_steps=6', f'--workdir={two}'
+  )
   assert all('resuming from step 3' in log for log in logs)
   nmt(*args, '--config.train.num_steps=6', f'--workdir={one}')
 
   distributed, single = final_params(two, 6), final_params(one, 6)
   assert set(distributed) == set(single)
   for key in single:
-    np.testing.assert_allclose(distributed[key], single[key], rtol=2e-5, atol=2e-5, err_msg=key)
+    np.testing.assert_allclose(
+        distributed[key], single[key], rtol=2e-5, atol=2e-5, err_msg=key
+    )
   with open(os.path.join(two, 'eval_results.json')) as f:
     two_eval = json.load(f)
   with open(os.path.join(one, 'eval_results.json')) as f:
@@ -70,8 +94,9 @@ def test_two_processes_train_resume_and_agree_with_one(tmp_path):
   # Decoding was sharded over the processes and gathered: the same sentences, the same scores.
   assert two_eval['num_sentences'] == one_eval['num_sentences'] == 32
   assert two_eval['loss'] == pytest.approx(one_eval['loss'], rel=1e-4)
-  with open(os.path.join(two, 'eval_hypotheses.txt')) as a, \
-      open(os.path.join(one, 'eval_hypotheses.txt')) as b:
+  with open(os.path.join(two, 'eval_hypotheses.txt')) as a, open(
+      os.path.join(one, 'eval_hypotheses.txt')
+  ) as b:
     assert a.read() == b.read()
   # Only process 0 writes metrics: one record per logged step, not two.
   with open(os.path.join(two, 'metrics.jsonl')) as f:
@@ -82,8 +107,13 @@ def test_two_processes_train_resume_and_agree_with_one(tmp_path):
 def test_unreachable_coordinator_is_a_clear_error_not_a_hang(tmp_path):
   workdir = tmp_path / 'run'
   began = time.monotonic()
-  process = start(1, free_port(), f'--config={CONFIG}', f'--workdir={workdir}',
-                  '--distributed_timeout=3')
+  process = start(
+      1,
+      free_port(),
+      f'--config={CONFIG}',
+      f'--workdir={workdir}',
+      '--distributed_timeout=3',
+  )
   _, err = process.communicate(timeout=120)
   assert process.returncode != 0
   assert 'did not form within 3s' in err and '--coordinator_address' in err
@@ -91,13 +121,31 @@ def test_unreachable_coordinator_is_a_clear_error_not_a_hang(tmp_path):
   assert not workdir.exists()
 
 
-@pytest.mark.parametrize('flags, message', [
-    (['--coordinator_address=localhost:1234'], 'go together'),
-    (['--coordinator_address=localhost', '--num_processes=2', '--process_id=0'], 'not host:port'),
-    (['--coordinator_address=localhost:1234', '--num_processes=2', '--process_id=2'],
-     'outside [0, --num_processes=2)'),
-])
+@pytest.mark.parametrize(
+    'flags, message',
+    [
+        (['--coordinator_address=localhost:1234'], 'go together'),
+        (
+            [
+                '--coordinator_address=localhost',
+                '--num_processes=2',
+                '--process_id=0',
+            ],
+            'not host:port',
+        ),
+        (
+            [
+                '--coordinator_address=localhost:1234',
+                '--num_processes=2',
+                '--process_id=2',
+            ],
+            'outside [0, --num_processes=2)',
+        ),
+    ],
+)
 def test_distributed_flag_mistakes(tmp_path, flags, message):
-  result = nmt(f'--config={CONFIG}', f'--workdir={tmp_path / "run"}', *flags, check=False)
+  result = nmt(
+      f'--config={CONFIG}', f'--workdir={tmp_path / "run"}', *flags, check=False
+  )
   assert result.returncode == 2
   assert message in result.stderr.strip().splitlines()[-1]

@@ -41,8 +41,9 @@ class PositionAttention(attention.Attention):
     cache['weights'] = attention.masked_softmax(scores, cache['mask'])  # [B, S]
     return cache
 
-  def __call__(self, query, cache, state, step, with_weights=False,
-               train=False):
+  def __call__(
+      self, query, cache, state, step, with_weights=False, train=False
+  ):
     del step, train
     context = jnp.einsum('bs,bsd->bd', cache['weights'], cache['memory'])
     diagnostics = {'window': cache['lengths'].astype(jnp.float32)}
@@ -53,8 +54,11 @@ class PositionAttention(attention.Attention):
   @classmethod
   def cost(cls, model_config, source_length):
     hidden = model_config.hidden_size
-    return attention.Cost(2.0 * hidden * source_length,
-                          2.0 * hidden * source_length, float(source_length))
+    return attention.Cost(
+        2.0 * hidden * source_length,
+        2.0 * hidden * source_length,
+        float(source_length),
+    )
 
 
 @pytest.fixture(scope='module')
@@ -74,14 +78,16 @@ def toy_config(kind):
 
 def test_the_registry_knows_the_new_kind(toy_kind):
   assert toy_kind in attention.kinds()
-  assert attention.kinds()[:2] == ('none', toy_kind)   # RANK orders tables
+  assert attention.kinds()[:2] == ('none', toy_kind)  # RANK orders tables
   config = toy_config(toy_kind)
   assert config.model.attention.toy_temperature == 2.0
   resolved = validation.resolve(config)
   assert resolved.model.attention.kind == toy_kind
   config.model.attention.toy_temperature = 0.0
-  with pytest.raises(errors.ConfigError,
-                     match='model.attention.toy_temperature=0.0 must be > 0'):
+  with pytest.raises(
+      errors.ConfigError,
+      match='model.attention.toy_temperature=0.0 must be > 0',
+  ):
     validation.resolve(config)
 
 
@@ -108,7 +114,9 @@ def test_the_new_kind_trains_decodes_benchmarks_and_plots(toy_kind, tmp_path):
     np.testing.assert_allclose(t.weights.sum(-1), 1.0, rtol=1e-5)
 
   row = runs.result_row(runs.load_run(workdir))
-  assert row['attention'] == toy_kind and row['K'] is None and row['score'] is None
+  assert (
+      row['attention'] == toy_kind and row['K'] is None and row['score'] is None
+  )
 
   model = greedy.model
   flops = bench.dense_flops(model, 8, 9, 9, 10)

@@ -21,8 +21,14 @@ def run_worker(tmp_path, name, devices, *args):
   env = conftest.subprocess_env()
   env['XLA_FLAGS'] = f'--xla_force_host_platform_device_count={devices}'
   out = str(tmp_path / f'{name}.npz')
-  result = subprocess.run([sys.executable, WORKER, out, f'--steps={STEPS}', *args], cwd=ROOT,
-                          env=env, capture_output=True, text=True, timeout=600)
+  result = subprocess.run(
+      [sys.executable, WORKER, out, f'--steps={STEPS}', *args],
+      cwd=ROOT,
+      env=env,
+      capture_output=True,
+      text=True,
+      timeout=600,
+  )
   assert result.returncode == 0, result.stderr[-3000:]
   loaded = np.load(out)
   assert int(loaded['devices']) == devices
@@ -35,7 +41,9 @@ def assert_same(a, b, rtol=2e-5, atol=2e-5):
   # hence atol; a wrong reduction (a mean of means, a missing psum) is off by whole steps.
   assert set(a) == set(b)
   for key in a:
-    np.testing.assert_allclose(a[key], b[key], rtol=rtol, atol=atol, err_msg=key)
+    np.testing.assert_allclose(
+        a[key], b[key], rtol=rtol, atol=atol, err_msg=key
+    )
 
 
 @pytest.fixture(scope='module')
@@ -49,7 +57,8 @@ def runs(tmp_path_factory):
 def test_eight_devices_equal_one(runs):
   _, one, eight = runs
   assert len(one['losses']) == STEPS
-  assert not np.allclose(one['losses'][0], one['losses'][-1])   # the steps did update
+  # the steps did update
+  assert not np.allclose(one['losses'][0], one['losses'][-1])
   assert_same(one, eight)
 
 
@@ -74,19 +83,38 @@ def test_checkpoint_moves_between_device_counts(runs):
 def nmt_on_devices(devices, *args):
   env = conftest.subprocess_env()
   env['XLA_FLAGS'] = f'--xla_force_host_platform_device_count={devices}'
-  return subprocess.run([sys.executable, '-m', 'nmt_jax.main', *args], cwd=ROOT, env=env,
-                        capture_output=True, text=True, timeout=300)
+  return subprocess.run(
+      [sys.executable, '-m', 'nmt_jax.main', *args],
+      cwd=ROOT,
+      env=env,
+      capture_output=True,
+      text=True,
+      timeout=300,
+  )
 
 
-@pytest.mark.parametrize('override, message', [
-    ('--config.train.batch_size=12', 'train.batch_size=12 is not divisible by the 8 devices'),
-    ('--config.parallel.mesh_shape=(4,)', 'parallel.mesh_shape=(4,) does not match the 8 devices'),
-])
+@pytest.mark.parametrize(
+    'override, message',
+    [
+        (
+            '--config.train.batch_size=12',
+            'train.batch_size=12 is not divisible by the 8 devices',
+        ),
+        (
+            '--config.parallel.mesh_shape=(4,)',
+            'parallel.mesh_shape=(4,) does not match the 8 devices',
+        ),
+    ],
+)
 def test_device_mistakes_are_one_line_errors(tmp_path, override, message):
   workdir = tmp_path / 'run'
-  result = nmt_on_devices(8, '--config=configs/global_general.py:tiny', f'--workdir={workdir}',
-                          override)
+  result = nmt_on_devices(
+      8,
+      '--config=configs/global_general.py:tiny',
+      f'--workdir={workdir}',
+      override,
+  )
   assert result.returncode == 2
   assert result.stderr.strip().splitlines()[-1].startswith('error: ')
   assert message in result.stderr
-  assert not workdir.exists()   # refused before anything was written
+  assert not workdir.exists()  # refused before anything was written

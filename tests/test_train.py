@@ -11,10 +11,10 @@ import pytest
 from nmt_jax import attention
 from nmt_jax import default_config
 from nmt_jax import errors
-from nmt_jax import train
-from nmt_jax.vocab import PAD
 from nmt_jax import steps
+from nmt_jax import train
 from nmt_jax import validation
+from nmt_jax.vocab import PAD
 from tests import helpers
 
 
@@ -22,7 +22,9 @@ def test_cross_entropy_matches_numpy_and_ignores_padding():
   rng = np.random.default_rng(0)
   logits = rng.normal(size=(2, 3, 5)).astype(np.float32)
   targets = np.array([[1, 2, PAD], [4, PAD, PAD]])
-  loss_sum, tokens = steps.cross_entropy(jnp.asarray(logits), jnp.asarray(targets))
+  loss_sum, tokens = steps.cross_entropy(
+      jnp.asarray(logits), jnp.asarray(targets)
+  )
   logp = logits - np.log(np.exp(logits).sum(-1, keepdims=True))
   expected = -(logp[0, 0, 1] + logp[0, 1, 2] + logp[1, 0, 4])
   np.testing.assert_allclose(loss_sum, expected, rtol=1e-5)
@@ -34,34 +36,55 @@ def test_label_smoothing_is_zero_at_the_smoothed_target():
   soft = np.full(vocab, eps / (vocab - 1))
   soft[2] = 1 - eps
   logits = jnp.log(jnp.asarray(soft))[None, None]
-  loss_sum, _ = steps.cross_entropy(logits, jnp.array([[2]]), label_smoothing=eps)
+  loss_sum, _ = steps.cross_entropy(
+      logits, jnp.array([[2]]), label_smoothing=eps
+  )
   np.testing.assert_allclose(loss_sum, 0.0, atol=1e-5)
 
 
 def test_halving_schedule_follows_shu():
   config = default_config.get_config().train
-  config.schedule, config.learning_rate, config.halve_from_epoch = 'halve', 1.0, 4
+  config.schedule, config.learning_rate, config.halve_from_epoch = (
+      'halve',
+      1.0,
+      4,
+  )
   schedule = steps.learning_rate_fn(config, steps_per_epoch=10)
   # Epochs 1-3 at the full rate, halved from the start of epoch 4, again at epoch 5.
-  assert [float(schedule(s)) for s in (0, 29, 30, 39, 40)] == [1.0, 1.0, 0.5, 0.5, 0.25]
+  assert [float(schedule(s)) for s in (0, 29, 30, 39, 40)] == [
+      1.0,
+      1.0,
+      0.5,
+      0.5,
+      0.25,
+  ]
 
 
 def test_warmup_rsqrt_schedule():
   config = default_config.get_config().train
-  config.schedule, config.learning_rate, config.warmup_steps = 'warmup_rsqrt', 1.0, 4
+  config.schedule, config.learning_rate, config.warmup_steps = (
+      'warmup_rsqrt',
+      1.0,
+      4,
+  )
   schedule = steps.learning_rate_fn(config, steps_per_epoch=10)
-  np.testing.assert_allclose([float(schedule(s)) for s in (0, 3, 16)], [0.25, 1.0, 0.5])
+  np.testing.assert_allclose(
+      [float(schedule(s)) for s in (0, 3, 16)], [0.25, 1.0, 0.5]
+  )
 
 
-@pytest.mark.parametrize('field,value,message', [
-    ('model.attention.kind', 'bogus', 'model.attention.kind'),
-    ('model.attention.score', 'dotty', 'model.attention.score'),
-    ('model.hidden_size', 0, 'model.hidden_size=0 must be > 0'),
-    ('decode.beam_size', 0, 'decode.beam_size=0 must be > 0'),
-    ('model.hidden_size', 15, 'must be even'),
-    ('train.schedule', 'cosine', 'train.schedule'),
-    ('model.dropout', 1.0, 'must be below 1'),
-])
+@pytest.mark.parametrize(
+    'field,value,message',
+    [
+        ('model.attention.kind', 'bogus', 'model.attention.kind'),
+        ('model.attention.score', 'dotty', 'model.attention.score'),
+        ('model.hidden_size', 0, 'model.hidden_size=0 must be > 0'),
+        ('decode.beam_size', 0, 'decode.beam_size=0 must be > 0'),
+        ('model.hidden_size', 15, 'must be even'),
+        ('train.schedule', 'cosine', 'train.schedule'),
+        ('model.dropout', 1.0, 'must be below 1'),
+    ],
+)
 def test_validate_rejects_bad_values(field, value, message):
   config = default_config.get_config('tiny')
   section, name = field.rsplit('.', 1)
@@ -88,8 +111,14 @@ def test_a_few_steps_reduce_the_loss():
   config.train.learning_rate = 1e-2
   setup = train.build(config)
   state, batches = setup.state, setup.batches
-  step = jax.jit(functools.partial(steps.train_step, model=setup.model,
-                                    optimizer=setup.optimizer, config=setup.config))
+  step = jax.jit(
+      functools.partial(
+          steps.train_step,
+          model=setup.model,
+          optimizer=setup.optimizer,
+          config=setup.config,
+      )
+  )
   fixed = batches.batch(0)
   losses = []
   for _ in range(15):
@@ -109,16 +138,33 @@ def test_flexible_finetuning_objective_rewards_strength():
   def objective(beta):
     cfg = setup.config.copy_and_resolve_references()
     cfg.train.beta = beta
+
     def loss_fn(p):
-      logits, diagnostics = setup.model.apply({'params': p}, batch['source'], batch['target_in'],
-                                              train=True, rngs={'dropout': jax.random.key(0)})
+      logits, diagnostics = setup.model.apply(
+          {'params': p},
+          batch['source'],
+          batch['target_in'],
+          train=True,
+          rngs={'dropout': jax.random.key(0)},
+      )
       loss_sum, tokens = steps.cross_entropy(logits, batch['target_out'])
       return loss_sum / tokens, diagnostics['strength']
+
     nll, strength = loss_fn(params)
     mask = batch['target_out'] != PAD
-    step = jax.jit(functools.partial(steps.train_step, model=setup.model, optimizer=setup.optimizer,
-                                     config=cfg))
-    return step, float(nll), float(np.sum(np.where(mask, strength, 0)) / mask.sum())
+    step = jax.jit(
+        functools.partial(
+            steps.train_step,
+            model=setup.model,
+            optimizer=setup.optimizer,
+            config=cfg,
+        )
+    )
+    return (
+        step,
+        float(nll),
+        float(np.sum(np.where(mask, strength, 0)) / mask.sum()),
+    )
 
   plain_step, nll, mean_g = objective(0.0)
   tuned_step, _, _ = objective(0.5)
@@ -126,7 +172,9 @@ def test_flexible_finetuning_objective_rewards_strength():
   for name, step in (('plain', plain_step), ('tuned', tuned_step)):
     state, metrics = step(setup.state, batch)
     grads[name] = state.params
-    np.testing.assert_allclose(float(metrics['loss_sum'] / metrics['tokens']), nll, rtol=1e-5)
+    np.testing.assert_allclose(
+        float(metrics['loss_sum'] / metrics['tokens']), nll, rtol=1e-5
+    )
   # Same NLL reported, different updates: the strength network gets the extra gradient.
   g_plain = grads['plain']['decoder']['attention']['strength_out']['bias']
   g_tuned = grads['tuned']['decoder']['attention']['strength_out']['bias']
@@ -141,9 +189,12 @@ def test_beta_needs_flexible_attention():
     validation.resolve(config)
 
 
-@pytest.mark.parametrize('preset', [None, 'copy200', 'chunk', 'wmt17_de_en', 'shu_de_en'])
+@pytest.mark.parametrize(
+    'preset', [None, 'copy200', 'chunk', 'wmt17_de_en', 'shu_de_en']
+)
 def test_every_config_file_and_preset_validates(preset):
   import glob  # pylint: disable=g-import-not-at-top
+
   root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
   files = sorted(glob.glob(os.path.join(root, 'configs', '*.py')))
   assert len(files) == 12

@@ -18,12 +18,35 @@ def get_sweep(arg=None):
   length = int(arg or 20)
   common = {'data.max_length': length}
   # The same Bahdanau-style decoder (query h_{t-1}, concat score) for every kind.
-  bahdanau = {**common, 'model.query': 'previous', 'model.attention.score': 'concat'}
+  bahdanau = {
+      **common,
+      'model.query': 'previous',
+      'model.attention.score': 'concat',
+  }
   return [
-      {'name': 'flexible', 'config': '../flexible.py:chunk', 'overrides': common},
+      {
+          'name': 'flexible',
+          'config': '../flexible.py:chunk',
+          'overrides': common,
+      },
       # Shu fine-tune one epoch with beta = 0.1; 1,000 steps is ~0.64 epochs of 100k pairs.
-      {'name': 'flexible_finetune', 'config': '../flexible_finetune.py:chunk',
-       'overrides': {**common, 'train.init_from': '{root}/flexible', 'train.num_steps': 1000}},
-      {'name': 'global_concat', 'config': '../global_concat.py:chunk', 'overrides': bahdanau},
-      {'name': 'local_p', 'config': '../local_p.py:chunk', 'overrides': bahdanau},
+      {
+          'name': 'flexible_finetune',
+          'config': '../flexible_finetune.py:chunk',
+          'overrides': {
+              **common,
+              'train.init_from': '{root}/flexible',
+              'train.num_steps': 1000,
+          },
+      },
+      {
+          'name': 'global_concat',
+          'config': '../global_concat.py:chunk',
+          'overrides': bahdanau,
+      },
+      {
+          'name': 'local_p',
+          'config': '../local_p.py:chunk',
+          'overrides': bahdanau,
+      },
   ]

@@ -90,8 +90,9 @@ class Attention(nn.Module):
   HAS_STRENGTH = False
   # Row order in results tables (Britz et al.'s Table 1: none first, global last).
   RANK = 100
-  # The plot run inspection draws of a translation (tools/plots.py), or None.
-  PLOT = 'attention'
+  # The plot run inspection draws of a translation, or None: 'heatmap' (weights
+  # over the source), 'vision_span' or 'memory_maps' (tools/plots.py).
+  PLOT = 'heatmap'
 
   def prepare(self, memory, lengths) -> Cache:
     return source_cache(memory, lengths)

@@ -169,7 +169,9 @@ class ContentAttention(base.Attention):
     """Scores and context over `width` of `source_length` positions."""
     attention, hidden = model_config.attention, model_config.hidden_size
     sentence, step = SCORES[attention.score].cost(
-        hidden, attention.max_source_length or source_length,
-        source_length, width
+        hidden,
+        attention.max_source_length or source_length,
+        source_length,
+        width,
     )
     return base.Cost(sentence, step + 2.0 * width * hidden, float(width))

@@ -126,8 +126,9 @@ class FlexibleAttention(content.ContentAttention):
       diagnostics['weights'] = full_weights
     return context, {'center': center}, diagnostics
 
-  def windowed(self, width, with_weights, query, cache, g, previous, first,
-               last):
+  def windowed(
+      self, width, with_weights, query, cache, g, previous, first, last
+  ):
     """Attention over the `width` positions from `first` (those <= last valid)."""
     length = cache['mask'].shape[1]
     positions = first[:, None] + jnp.arange(width)  # [B, W]

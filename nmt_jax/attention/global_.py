@@ -1,6 +1,6 @@
 """Luong global attention: a softmax over all S source positions.
 
-  a_t(s) = softmax_s(score(h_t, hbar_s)),   c_t = sum_s a_t(s) hbar_s
+a_t(s) = softmax_s(score(h_t, hbar_s)),   c_t = sum_s a_t(s) hbar_s
 """
 
 import jax.numpy as jnp

@@ -24,8 +24,9 @@ DECODER_SCORINGS = ('softmax', 'sigmoid')
 POSITION_ENCODINGS = ('none', 'renorm', 'renorm_mean1', 'unnormalized')
 
 
-def position_encoding(lengths, length: int, num_slots: int, max_length: int,
-                      mode: str):
+def position_encoding(
+    lengths, length: int, num_slots: int, max_length: int, mode: str
+):
   """Britz et al. 3.2: L[s, k] = (1 - k/K)(1 - s/S) + (k/K)(s/S), S = max_length.
 
   1-based k and s. 'renorm' (paper): entries past each sentence's length
@@ -40,7 +41,8 @@ def position_encoding(lengths, length: int, num_slots: int, max_length: int,
   table = jnp.broadcast_to(table, (lengths.shape[0], length, num_slots))
   if mode == 'unnormalized':
     return table
-  mask = (jnp.arange(length)[None, :] < lengths[:, None])[..., None]  # [B, S, 1]
+  # [B, S, 1]
+  mask = (jnp.arange(length)[None, :] < lengths[:, None])[..., None]
   table = jnp.where(mask, table, 0.0)
   table = table / jnp.maximum(table.sum(1, keepdims=True), 1e-9)
   if mode == 'renorm_mean1':
@@ -65,7 +67,7 @@ class MemoryAttention(base.Attention):
       'position_encoding': ('none', errors.one_of(*POSITION_ENCODINGS)),
   }
   RANK = 10
-  PLOT = 'memory'
+  PLOT = 'memory_maps'
 
   def setup(self):
     slots = self.config.num_memory
@@ -75,7 +77,8 @@ class MemoryAttention(base.Attention):
   def prepare(self, memory, lengths) -> base.Cache:
     cfg = self.config
     length = memory.shape[1]
-    mask = (jnp.arange(length)[None, :] < lengths[:, None])[..., None]  # [B, S, 1]
+    # [B, S, 1]
+    mask = (jnp.arange(length)[None, :] < lengths[:, None])[..., None]
     logits = self.encoder_scores(memory)  # [B, S, K]
     if cfg.position_encoding != 'none':
       if length > cfg.max_source_length:

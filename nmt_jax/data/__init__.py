@@ -20,8 +20,12 @@ from nmt_jax.data import tfds_corpus
 from nmt_jax.errors import DataError
 
 
-def load_task(data_config, seed: int, workdir: Optional[str] = None,
-              build_vocab: bool = False) -> dataset.Task:
+def load_task(
+    data_config,
+    seed: int,
+    workdir: Optional[str] = None,
+    build_vocab: bool = False,
+) -> dataset.Task:
   """The task named by data_config.name.
 
   Real corpora keep their vocabularies in `<workdir>/vocab`; `build_vocab`

@@ -16,21 +16,31 @@ import numpy as np
 from nmt_jax import errors
 from nmt_jax import vocab as vocab_lib
 from nmt_jax.data import dataset
-from nmt_jax.vocab import BOS, EOS
+from nmt_jax.vocab import BOS
+from nmt_jax.vocab import EOS
 
 Batch = Dict[str, np.ndarray]
 
 
 def bucket_boundaries(max_length: int, num_buckets: int) -> List[int]:
   """Padded lengths: num_buckets evenly spaced lengths up to max_length."""
-  return sorted({math.ceil(max_length * (i + 1) / num_buckets) for i in range(num_buckets)})
+  return sorted(
+      {
+          math.ceil(max_length * (i + 1) / num_buckets)
+          for i in range(num_buckets)
+      }
+  )
 
 
 def example_lengths(split: dataset.Split) -> np.ndarray:
   """Padded length each example needs: target_in is BOS + target[:-1], same length as target."""
-  if isinstance(split.source, dataset.Ragged) and isinstance(split.target, dataset.Ragged):
+  if isinstance(split.source, dataset.Ragged) and isinstance(
+      split.target, dataset.Ragged
+  ):
     return np.maximum(split.source.lengths(), split.target.lengths())
-  return np.array([max(len(s), len(t)) for s, t in zip(split.source, split.target)])
+  return np.array(
+      [max(len(s), len(t)) for s, t in zip(split.source, split.target)]
+  )
 
 
 def make_batch(split: dataset.Split, rows: Sequence[int], length: int) -> Batch:
@@ -38,7 +48,9 @@ def make_batch(split: dataset.Split, rows: Sequence[int], length: int) -> Batch:
   targets = [split.target[i] for i in rows]
   return {
       'source': vocab_lib.pad_batch([split.source[i] for i in rows], length),
-      'target_in': vocab_lib.pad_batch([np.concatenate([[BOS], t[:-1]]) for t in targets], length),
+      'target_in': vocab_lib.pad_batch(
+          [np.concatenate([[BOS], t[:-1]]) for t in targets], length
+      ),
       'target_out': vocab_lib.pad_batch(targets, length),
   }
 
@@ -50,8 +62,12 @@ def dummy_batch(batch_size: int, length: int) -> Batch:
   return {'source': tokens, 'target_in': tokens, 'target_out': tokens}
 
 
-def batch_sizes(boundaries: Sequence[int], batch_size: int, batch_tokens: int = 0,
-                multiple: int = 1) -> List[int]:
+def batch_sizes(
+    boundaries: Sequence[int],
+    batch_size: int,
+    batch_tokens: int = 0,
+    multiple: int = 1,
+) -> List[int]:
   """Sentences per batch in each bucket.
 
   batch_tokens = 0: `batch_size` everywhere. Otherwise as many sentences as fit
@@ -60,12 +76,15 @@ def batch_sizes(boundaries: Sequence[int], batch_size: int, batch_tokens: int = 
   """
   if not batch_tokens:
     return [batch_size] * len(boundaries)
-  sizes = [batch_tokens // length // multiple * multiple for length in boundaries]
+  sizes = [
+      batch_tokens // length // multiple * multiple for length in boundaries
+  ]
   if not sizes[-1]:
     raise errors.ConfigError(
         f'config: data.batch_tokens={batch_tokens} holds no batch of {multiple} sentence(s) of the '
         f'longest bucket ({boundaries[-1]} tokens); use at least {boundaries[-1] * multiple} '
-        '(--config.data.batch_tokens=...)')
+        '(--config.data.batch_tokens=...)'
+    )
   return sizes
 
 
@@ -77,23 +96,41 @@ class TrainBatches:
   `batch_size` is one size for every bucket or one per bucket (see batch_sizes).
   """
 
-  def __init__(self, split: dataset.Split, batch_size, boundaries: Sequence[int], seed: int):
+  def __init__(
+      self,
+      split: dataset.Split,
+      batch_size,
+      boundaries: Sequence[int],
+      seed: int,
+  ):
     self.split = split
     self.boundaries = list(boundaries)
-    self.sizes = ([batch_size] * len(self.boundaries) if isinstance(batch_size, int)
-                  else list(batch_size))
+    self.sizes = (
+        [batch_size] * len(self.boundaries)
+        if isinstance(batch_size, int)
+        else list(batch_size)
+    )
     self.seed = seed
     lengths = example_lengths(split)
     if lengths.max() > self.boundaries[-1]:
-      raise errors.DataError(f'an example of length {lengths.max()} exceeds the longest bucket '
-                      f'{self.boundaries[-1]}; raise data.max_length')
-    self.bucket = np.searchsorted(self.boundaries, lengths)               # bucket of each example
+      raise errors.DataError(
+          f'an example of length {lengths.max()} exceeds the longest bucket '
+          f'{self.boundaries[-1]}; raise data.max_length'
+      )
+    # bucket of each example
+    self.bucket = np.searchsorted(self.boundaries, lengths)
     # Full batches per bucket do not depend on the order, so every epoch has as many.
-    self.num_batches = int(sum(np.sum(self.bucket == b) // size
-                               for b, size in enumerate(self.sizes)))
+    self.num_batches = int(
+        sum(
+            np.sum(self.bucket == b) // size
+            for b, size in enumerate(self.sizes)
+        )
+    )
     if not self.num_batches:
-      raise errors.DataError(f'the training split ({len(split)} examples) fills no batch of '
-                      f'{max(self.sizes)} in any length bucket; lower train.batch_size')
+      raise errors.DataError(
+          f'the training split ({len(split)} examples) fills no batch of '
+          f'{max(self.sizes)} in any length bucket; lower train.batch_size'
+      )
     self._cached_epoch: Tuple[int, List[np.ndarray]] = (-1, [])
 
   def epoch(self, epoch: int) -> List[np.ndarray]:
@@ -106,7 +143,10 @@ class TrainBatches:
         members = order[self.bucket[order] == b]
         full = len(members) // size * size
         batches += np.split(members[:full], full // size) if full else []
-      self._cached_epoch = (epoch, [batches[i] for i in rng.permutation(len(batches))])
+      self._cached_epoch = (
+          epoch,
+          [batches[i] for i in rng.permutation(len(batches))],
+      )
     return self._cached_epoch[1]
 
   def examples(self, step: int, rows=slice(None)) -> Tuple[np.ndarray, int]:
@@ -126,23 +166,34 @@ class TrainBatches:
     return make_batch(self.split, examples, length)
 
 
-def train_iterator(batches: TrainBatches, num_steps: int, rows=slice(None), prefetch: int = 4):
+def train_iterator(
+    batches: TrainBatches, num_steps: int, rows=slice(None), prefetch: int = 4
+):
   """A Grain iterator over the batches of steps 0..num_steps-1, built ahead in a thread.
 
   Its state ({'next_index': step}) is saved with each checkpoint (checkpoint.py),
   so a resumed run continues on the batch an uninterrupted one would see.
   """
-  dataset = grain.MapDataset.range(num_steps).map(functools.partial(_step_batch, batches, rows))
-  return iter(dataset.to_iter_dataset(
-      grain.ReadOptions(num_threads=1, prefetch_buffer_size=prefetch)))
+  dataset = grain.MapDataset.range(num_steps).map(
+      functools.partial(_step_batch, batches, rows)
+  )
+  return iter(
+      dataset.to_iter_dataset(
+          grain.ReadOptions(num_threads=1, prefetch_buffer_size=prefetch)
+      )
+  )
 
 
 def _step_batch(batches: TrainBatches, rows, step) -> Batch:
   return batches.batch(int(step), rows)
 
 
-def eval_batches(split: dataset.Split, batch_size: int, boundaries: Sequence[int],
-                 limit: Optional[int] = None) -> Iterator[Tuple[np.ndarray, Batch]]:
+def eval_batches(
+    split: dataset.Split,
+    batch_size: int,
+    boundaries: Sequence[int],
+    limit: Optional[int] = None,
+) -> Iterator[Tuple[np.ndarray, Batch]]:
   """Fixed-shape batches of the first `limit` examples, sorted by length.
 
   Yields (indices [batch_size], batch); the batch is padded with copies of a
@@ -152,7 +203,7 @@ def eval_batches(split: dataset.Split, batch_size: int, boundaries: Sequence[int
   lengths = example_lengths(split)[:count]
   order = np.argsort(lengths, kind='stable')
   for start in range(0, count, batch_size):
-    rows = order[start:start + batch_size]
+    rows = order[start : start + batch_size]
     length = boundaries[int(np.searchsorted(boundaries, lengths[rows].max()))]
     batch = make_batch(split, rows, length)
     pad = batch_size - len(rows)

@@ -28,14 +28,18 @@ class Ragged(collections.abc.Sequence):
   def from_rows(cls, rows: Sequence[np.ndarray]) -> 'Ragged':
     offsets = np.zeros(len(rows) + 1, np.int64)
     np.cumsum([len(r) for r in rows], out=offsets[1:])
-    flat = np.concatenate(rows).astype(np.int32) if len(rows) else np.zeros(0, np.int32)
+    flat = (
+        np.concatenate(rows).astype(np.int32)
+        if len(rows)
+        else np.zeros(0, np.int32)
+    )
     return cls(flat, offsets)
 
   def __len__(self):
     return len(self.offsets) - 1
 
   def __getitem__(self, i):
-    return self.flat[self.offsets[i]:self.offsets[i + 1]]
+    return self.flat[self.offsets[i] : self.offsets[i + 1]]
 
   def lengths(self) -> np.ndarray:
     return np.diff(self.offsets)
@@ -47,8 +51,10 @@ class Ragged(collections.abc.Sequence):
   @classmethod
   def load(cls, prefix: str) -> 'Ragged':
     # Plain ndarray views of the mapping: slicing an np.memmap costs ~3x more per row.
-    return cls(np.load(prefix + '.ids.npy', mmap_mode='r').view(np.ndarray),
-               np.load(prefix + '.offsets.npy'))
+    return cls(
+        np.load(prefix + '.ids.npy', mmap_mode='r').view(np.ndarray),
+        np.load(prefix + '.offsets.npy'),
+    )
 
 
 @dataclasses.dataclass
@@ -58,6 +64,7 @@ class Split:
   source/target: lists of arrays, or Ragged (from the encoded-corpus cache, where
   the training split's texts are left out: only validation and test need them).
   """
+
   source: Sequence[np.ndarray]
   target: Sequence[np.ndarray]
   source_text: List[str]
@@ -72,9 +79,9 @@ class Task:
   source_vocab: vocab_lib.Vocab
   target_vocab: vocab_lib.Vocab
   train: Split
-  eval: Split                # validation
-  max_length: int            # longest sequence in tokens, EOS included
-  test: Optional[Split] = None   # final evaluation (None: the validation split)
+  eval: Split  # validation
+  max_length: int  # longest sequence in tokens, EOS included
+  test: Optional[Split] = None  # final evaluation (None: the validation split)
 
   @property
   def test_or_eval(self) -> Split:
@@ -83,6 +90,9 @@ class Task:
 
 def sentences_split(lines: Sequence[str], vocab: vocab_lib.Vocab) -> Split:
   """A source-only split from text lines (for `translate`); targets are a lone EOS."""
-  source = [np.asarray(vocab.encode(line, line=i + 1), np.int32) for i, line in enumerate(lines)]
+  source = [
+      np.asarray(vocab.encode(line, line=i + 1), np.int32)
+      for i, line in enumerate(lines)
+  ]
   eos = [np.asarray([EOS], np.int32)] * len(source)
   return Split(source, eos, list(lines), [''] * len(source))

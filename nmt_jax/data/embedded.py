@@ -24,8 +24,9 @@ def symbol_names(num_symbols: int) -> List[str]:
   return [f'w{i}' for i in range(num_symbols)]
 
 
-def copy_examples(num: int, min_length: int, max_length: int, num_symbols: int,
-                  rng) -> List[Tuple[np.ndarray, np.ndarray]]:
+def copy_examples(
+    num: int, min_length: int, max_length: int, num_symbols: int, rng
+) -> List[Tuple[np.ndarray, np.ndarray]]:
   """Britz et al. 4.1: random symbols, lengths uniform in min..max_length, target = source."""
   lengths = rng.integers(min_length, max_length + 1, size=num)
   flat = rng.integers(0, num_symbols, size=int(lengths.sum()))
@@ -33,8 +34,14 @@ def copy_examples(num: int, min_length: int, max_length: int, num_symbols: int,
   return [(p, p) for p in pieces]
 
 
-def chunk_reverse_examples(num: int, min_length: int, max_length: int, num_symbols: int,
-                           chunk_size: int, rng) -> List[Tuple[np.ndarray, np.ndarray]]:
+def chunk_reverse_examples(
+    num: int,
+    min_length: int,
+    max_length: int,
+    num_symbols: int,
+    chunk_size: int,
+    rng,
+) -> List[Tuple[np.ndarray, np.ndarray]]:
   """Chunks reversed, each chunk's order kept: 'a b X c Y' -> 'c Y a b X'.
 
   The last `max(1, num_symbols // 5)` symbols end a chunk and appear nowhere
@@ -49,8 +56,14 @@ def chunk_reverse_examples(num: int, min_length: int, max_length: int, num_symbo
     chunks, left = [], int(length)
     while left:
       size = min(int(rng.integers(1, chunk_size + 1)), left)
-      inner = rng.integers(0, num_inner, size=size - 1) if num_inner else np.zeros(0, int)
-      chunks.append(np.concatenate([inner, [num_inner + rng.integers(0, num_end)]]))
+      inner = (
+          rng.integers(0, num_inner, size=size - 1)
+          if num_inner
+          else np.zeros(0, int)
+      )
+      chunks.append(
+          np.concatenate([inner, [num_inner + rng.integers(0, num_end)]])
+      )
       left -= size
     examples.append((np.concatenate(chunks), np.concatenate(chunks[::-1])))
   return examples
@@ -66,14 +79,35 @@ def load_task(data_config, seed: int) -> dataset.Task:
   def make(num, split_id):
     rng = np.random.default_rng([seed, split_id])
     if name == 'copy':
-      pairs = copy_examples(num, data_config.min_length, data_config.max_length,
-                            data_config.num_symbols, rng)
+      pairs = copy_examples(
+          num,
+          data_config.min_length,
+          data_config.max_length,
+          data_config.num_symbols,
+          rng,
+      )
     else:
-      pairs = chunk_reverse_examples(num, data_config.min_length, data_config.max_length,
-                                     data_config.num_symbols, data_config.chunk_size, rng)
+      pairs = chunk_reverse_examples(
+          num,
+          data_config.min_length,
+          data_config.max_length,
+          data_config.num_symbols,
+          data_config.chunk_size,
+          rng,
+      )
     source = [np.append(s + offset, EOS).astype(np.int32) for s, _ in pairs]
     target = [np.append(t + offset, EOS).astype(np.int32) for _, t in pairs]
-    return dataset.Split(source, target, [vocab.decode(s) for s in source], [vocab.decode(t) for t in target])
+    return dataset.Split(
+        source,
+        target,
+        [vocab.decode(s) for s in source],
+        [vocab.decode(t) for t in target],
+    )
 
-  return dataset.Task(vocab, vocab, make(data_config.num_train, 0), make(data_config.num_eval, 1),
-              data_config.max_length + 1)
+  return dataset.Task(
+      vocab,
+      vocab,
+      make(data_config.num_train, 0),
+      make(data_config.num_eval, 1),
+      data_config.max_length + 1,
+  )

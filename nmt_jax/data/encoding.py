@@ -13,7 +13,7 @@ import hashlib
 import json
 import os
 import shutil
-from typing import Dict, Optional
+from typing import Dict
 
 from absl import logging
 import numpy as np
@@ -26,17 +26,30 @@ CACHE_DIR = 'data_cache'
 CACHE_SPLITS = ('train', 'eval', 'test')
 
 
-def encode_split(source_lines, target_lines, source_vocab, target_vocab, max_length: int,
-                 where: str):
+def encode_split(
+    source_lines,
+    target_lines,
+    source_vocab,
+    target_vocab,
+    max_length: int,
+    where: str,
+):
   """-> (data.Split, {'empty': n, 'too_long': n}); max_length counts tokens without EOS."""
   split = dataset.Split([], [], [], [])
   dropped = {'empty': 0, 'too_long': 0}
-  chunk = 10_000    # lines encoded per call (SentencePiece encodes a list in one C++ call)
+  chunk = 10_000  # lines encoded per call (SentencePiece encodes a list in one C++ call)
   for start in range(0, len(source_lines), chunk):
-    sources = source_vocab.encode_lines(source_lines[start:start + chunk], start + 1)
-    targets = target_vocab.encode_lines(target_lines[start:start + chunk], start + 1)
+    sources = source_vocab.encode_lines(
+        source_lines[start : start + chunk], start + 1
+    )
+    targets = target_vocab.encode_lines(
+        target_lines[start : start + chunk], start + 1
+    )
     for offset, (source_ids, target_ids) in enumerate(zip(sources, targets)):
-      source, target = source_lines[start + offset], target_lines[start + offset]
+      source, target = (
+          source_lines[start + offset],
+          target_lines[start + offset],
+      )
       if not source.strip() or not target.strip():
         dropped['empty'] += 1
         continue
@@ -48,12 +61,20 @@ def encode_split(source_lines, target_lines, source_vocab, target_vocab, max_len
       split.source_text.append(' '.join(source.split()))
       split.target_text.append(' '.join(target.split()))
   if dropped['empty'] or dropped['too_long']:
-    logging.info('%s: kept %d pairs; skipped %d with an empty side and %d longer than '
-                 'data.max_length=%d tokens', where, len(split), dropped['empty'],
-                 dropped['too_long'], max_length)
+    logging.info(
+        '%s: kept %d pairs; skipped %d with an empty side and %d longer than '
+        'data.max_length=%d tokens',
+        where,
+        len(split),
+        dropped['empty'],
+        dropped['too_long'],
+        max_length,
+    )
   if not len(split):
-    raise DataError(f'{where}: no pair left after skipping {dropped["empty"]} empty and '
-                    f'{dropped["too_long"]} over-long ones; raise data.max_length')
+    raise DataError(
+        f'{where}: no pair left after skipping {dropped["empty"]} empty and '
+        f'{dropped["too_long"]} over-long ones; raise data.max_length'
+    )
   return split, dropped
 
 
@@ -63,44 +84,71 @@ def vocab_files(data_config, directory: str) -> Dict[str, str]:
   if data_config.vocab.shared:
     path = vocab_lib.vocab_path(directory, kind, 'shared')
     return {'source': path, 'target': path}
-  return {side: vocab_lib.vocab_path(directory, kind, side) for side in ('source', 'target')}
+  return {
+      side: vocab_lib.vocab_path(directory, kind, side)
+      for side in ('source', 'target')
+  }
 
 
-def build_vocabs(data_config, directory: str, source_lines, target_lines) -> Dict[str, str]:
+def build_vocabs(
+    data_config, directory: str, source_lines, target_lines
+) -> Dict[str, str]:
   """Trains the vocabularies on the training text and writes them to `directory`."""
   v = data_config.vocab
   os.makedirs(directory, exist_ok=True)
   files = vocab_files(data_config, directory)
   sizes = {'source': v.size, 'target': v.target_size or v.size}
-  texts = {'source': [s for s in source_lines if s.strip()],
-           'target': [t for t in target_lines if t.strip()]}
+  texts = {
+      'source': [s for s in source_lines if s.strip()],
+      'target': [t for t in target_lines if t.strip()],
+  }
   if v.shared:
-    vocabs = {'shared': vocab_lib.build_vocab(v.kind, texts['source'] + texts['target'],
-                                              v.size, v.min_count, v.model_type)}
+    vocabs = {
+        'shared': vocab_lib.build_vocab(
+            v.kind,
+            texts['source'] + texts['target'],
+            v.size,
+            v.min_count,
+            v.model_type,
+        )
+    }
     vocabs['source'] = vocabs['target'] = vocabs['shared']
   else:
-    vocabs = {side: vocab_lib.build_vocab(v.kind, texts[side], sizes[side], v.min_count,
-                                          v.model_type) for side in ('source', 'target')}
+    vocabs = {
+        side: vocab_lib.build_vocab(
+            v.kind, texts[side], sizes[side], v.min_count, v.model_type
+        )
+        for side in ('source', 'target')
+    }
   for side in ('source', 'target'):
     tmp = files[side] + '.tmp'
     vocabs[side].save(tmp)
-    os.replace(tmp, files[side])   # a crash never leaves half a vocabulary
-    logging.info('%s vocabulary: %s -> %s', side, vocabs[side].describe(), files[side])
+    os.replace(tmp, files[side])  # a crash never leaves half a vocabulary
+    logging.info(
+        '%s vocabulary: %s -> %s', side, vocabs[side].describe(), files[side]
+    )
   return files
 
 
 def require_workdir(data_config, workdir):
   if workdir is None:
-    raise DataError(f'data.name={data_config.name!r} keeps its vocabulary in the workdir; '
-                    'give --workdir')
+    raise DataError(
+        f'data.name={data_config.name!r} keeps its vocabulary in the workdir; '
+        'give --workdir'
+    )
 
 
 def cache_key(data_config, vocab_paths: Dict[str, str], identity) -> str:
   """Digest of everything the encoded splits depend on: data fields, vocabularies, sources."""
   digest = hashlib.sha256()
-  fields = {k: data_config[k] for k in ('name', 'source_lang', 'target_lang', 'max_length')}
+  fields = {
+      k: data_config[k]
+      for k in ('name', 'source_lang', 'target_lang', 'max_length')
+  }
   fields['vocab'] = data_config.vocab.to_dict()
-  digest.update(json.dumps([fields, identity], sort_keys=True, default=str).encode())
+  digest.update(
+      json.dumps([fields, identity], sort_keys=True, default=str).encode()
+  )
   for side in ('source', 'target'):
     with open(vocab_paths[side], 'rb') as f:
       digest.update(f.read())
@@ -111,17 +159,27 @@ def save_cache(task, directory: str):
   """Writes the task's encoded splits to `directory` (atomically: a temporary directory renamed)."""
   tmp = f'{directory}.tmp-{os.getpid()}'
   os.makedirs(tmp, exist_ok=True)
-  for name, split in (('train', task.train), ('eval', task.eval), ('test', task.test)):
+  for name, split in (
+      ('train', task.train),
+      ('eval', task.eval),
+      ('test', task.test),
+  ):
     if split is None:
       continue
-    dataset.Ragged.from_rows(split.source).save(os.path.join(tmp, f'{name}.source'))
-    dataset.Ragged.from_rows(split.target).save(os.path.join(tmp, f'{name}.target'))
+    dataset.Ragged.from_rows(split.source).save(
+        os.path.join(tmp, f'{name}.source')
+    )
+    dataset.Ragged.from_rows(split.target).save(
+        os.path.join(tmp, f'{name}.target')
+    )
     if name != 'train':
-      with open(os.path.join(tmp, f'{name}.text.json'), 'w', encoding='utf-8') as f:
+      with open(
+          os.path.join(tmp, f'{name}.text.json'), 'w', encoding='utf-8'
+      ) as f:
         json.dump({'source': split.source_text, 'target': split.target_text}, f)
   try:
     os.rename(tmp, directory)
-  except OSError:             # another process (host) wrote it first
+  except OSError:  # another process (host) wrote it first
     shutil.rmtree(tmp, ignore_errors=True)
 
 
@@ -133,15 +191,22 @@ def load_cache(directory: str):
       continue
     texts = {'source': [], 'target': []}
     if name != 'train':
-      with open(os.path.join(directory, f'{name}.text.json'), encoding='utf-8') as f:
+      with open(
+          os.path.join(directory, f'{name}.text.json'), encoding='utf-8'
+      ) as f:
         texts = json.load(f)
-    splits[name] = dataset.Split(dataset.Ragged.load(os.path.join(directory, f'{name}.source')),
-                              dataset.Ragged.load(os.path.join(directory, f'{name}.target')),
-                              texts['source'], texts['target'])
+    splits[name] = dataset.Split(
+        dataset.Ragged.load(os.path.join(directory, f'{name}.source')),
+        dataset.Ragged.load(os.path.join(directory, f'{name}.target')),
+        texts['source'],
+        texts['target'],
+    )
   return splits
 
 
-def cached_task(data_config, workdir: str, build_missing: bool, identity, names, read_lines):
+def cached_task(
+    data_config, workdir: str, build_missing: bool, identity, names, read_lines
+):
   """The Task from <workdir>/data_cache/<key> when current, else read, encode and cache it.
 
   `read_lines()` -> {'train'|'eval'|'test': (source lines, target lines)}; it is only
@@ -150,33 +215,67 @@ def cached_task(data_config, workdir: str, build_missing: bool, identity, names,
   """
   paths = vocab_files(data_config, os.path.join(workdir, 'vocab'))
   if all(os.path.exists(p) for p in paths.values()):
-    directory = os.path.join(workdir, CACHE_DIR, cache_key(data_config, paths, identity))
+    directory = os.path.join(
+        workdir, CACHE_DIR, cache_key(data_config, paths, identity)
+    )
     if os.path.isdir(directory):
       splits = load_cache(directory)
-      logging.info('encoded corpus from the cache %s: %s', directory, ', '.join(
-          f'{name} {len(split):,} pairs' for name, split in splits.items()))
-      return dataset.Task(vocab_lib.load_vocab(data_config.vocab.kind, paths['source']),
-                       vocab_lib.load_vocab(data_config.vocab.kind, paths['target']),
-                       splits['train'], splits['eval'], data_config.max_length + 1,
-                       splits.get('test'))
-  task = task_from_lines(data_config, workdir, build_missing, read_lines(), names)
-  save_cache(task, os.path.join(workdir, CACHE_DIR, cache_key(data_config, paths, identity)))
+      logging.info(
+          'encoded corpus from the cache %s: %s',
+          directory,
+          ', '.join(
+              f'{name} {len(split):,} pairs' for name, split in splits.items()
+          ),
+      )
+      return dataset.Task(
+          vocab_lib.load_vocab(data_config.vocab.kind, paths['source']),
+          vocab_lib.load_vocab(data_config.vocab.kind, paths['target']),
+          splits['train'],
+          splits['eval'],
+          data_config.max_length + 1,
+          splits.get('test'),
+      )
+  task = task_from_lines(
+      data_config, workdir, build_missing, read_lines(), names
+  )
+  save_cache(
+      task,
+      os.path.join(workdir, CACHE_DIR, cache_key(data_config, paths, identity)),
+  )
   return task
 
 
-def task_from_lines(data_config, workdir: str, build_missing: bool, lines, names):
+def task_from_lines(
+    data_config, workdir: str, build_missing: bool, lines, names
+):
   """lines: {'train'|'eval'|'test': (source lines, target lines)} -> Task (test optional)."""
   directory = os.path.join(workdir, 'vocab')
   files = vocab_files(data_config, directory)
   if not all(os.path.exists(p) for p in files.values()):
     if not build_missing:
       missing = next(p for p in files.values() if not os.path.exists(p))
-      raise DataError(f'vocabulary file {missing} is missing; build it with --mode=prepare '
-                      '(same --config and --workdir)')
+      raise DataError(
+          f'vocabulary file {missing} is missing; build it with --mode=prepare '
+          '(same --config and --workdir)'
+      )
     build_vocabs(data_config, directory, *lines['train'])
   source_vocab = vocab_lib.load_vocab(data_config.vocab.kind, files['source'])
   target_vocab = vocab_lib.load_vocab(data_config.vocab.kind, files['target'])
-  splits = {split: encode_split(*pair, source_vocab, target_vocab, data_config.max_length,
-                                names[split])[0] for split, pair in lines.items()}
-  return dataset.Task(source_vocab, target_vocab, splits['train'], splits['eval'],
-                   data_config.max_length + 1, splits.get('test'))
+  splits = {
+      split: encode_split(
+          *pair,
+          source_vocab,
+          target_vocab,
+          data_config.max_length,
+          names[split],
+      )[0]
+      for split, pair in lines.items()
+  }
+  return dataset.Task(
+      source_vocab,
+      target_vocab,
+      splits['train'],
+      splits['eval'],
+      data_config.max_length + 1,
+      splits.get('test'),
+  )

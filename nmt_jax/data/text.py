@@ -14,7 +14,9 @@ from nmt_jax.errors import DataError
 SPLIT_FILES = {'train': 'train', 'eval': 'dev', 'test': 'test'}
 
 
-def split_paths(prefix: str, split: str, source_lang: str, target_lang: str) -> Tuple[str, str]:
+def split_paths(
+    prefix: str, split: str, source_lang: str, target_lang: str
+) -> Tuple[str, str]:
   name = SPLIT_FILES[split]
   return f'{prefix}.{name}.{source_lang}', f'{prefix}.{name}.{target_lang}'
 
@@ -22,8 +24,10 @@ def split_paths(prefix: str, split: str, source_lang: str, target_lang: str) -> 
 def read_lines(path: str) -> List[str]:
   """The lines of a UTF-8 file; errors name the file (and line)."""
   if not os.path.isfile(path):
-    raise DataError(f'{path} does not exist; text corpora need <prefix>.train.<lang>, '
-                    '<prefix>.dev.<lang> (and optionally <prefix>.test.<lang>) for both languages')
+    raise DataError(
+        f'{path} does not exist; text corpora need <prefix>.train.<lang>, '
+        '<prefix>.dev.<lang> (and optionally <prefix>.test.<lang>) for both languages'
+    )
   with open(path, 'rb') as f:
     raw = f.read().split(b'\n')
   if raw and raw[-1] == b'':
@@ -35,41 +39,68 @@ def read_lines(path: str) -> List[str]:
     try:
       lines.append(line.decode('utf-8').rstrip('\r'))
     except UnicodeDecodeError as e:
-      raise DataError(f'{path}:{number}: invalid UTF-8 (byte {e.start}); convert the file to '
-                      'UTF-8 (e.g. iconv -f latin1 -t utf-8)') from None
+      raise DataError(
+          f'{path}:{number}: invalid UTF-8 (byte {e.start}); convert the file to '
+          'UTF-8 (e.g. iconv -f latin1 -t utf-8)'
+      ) from None
   return lines
 
 
 def read_split(prefix: str, split: str, source_lang: str, target_lang: str):
   """(source lines, target lines) of a split, checked to be parallel."""
-  source_path, target_path = split_paths(prefix, split, source_lang, target_lang)
+  source_path, target_path = split_paths(
+      prefix, split, source_lang, target_lang
+  )
   source, target = read_lines(source_path), read_lines(target_path)
   if len(source) != len(target):
-    raise DataError(f'{source_path} has {len(source)} lines but {target_path} has '
-                    f'{len(target)}; the files must be line-aligned translations')
+    raise DataError(
+        f'{source_path} has {len(source)} lines but {target_path} has '
+        f'{len(target)}; the files must be line-aligned translations'
+    )
   return source, target
 
 
-def has_split(prefix: str, split: str, source_lang: str, target_lang: str) -> bool:
-  return any(os.path.exists(p) for p in split_paths(prefix, split, source_lang, target_lang))
+def has_split(
+    prefix: str, split: str, source_lang: str, target_lang: str
+) -> bool:
+  return any(
+      os.path.exists(p)
+      for p in split_paths(prefix, split, source_lang, target_lang)
+  )
 
 
 def load_task(data_config, workdir: Optional[str], build_missing: bool):
   """The Task of a `text:<prefix>` corpus, with the workdir's vocabularies."""
-  prefix = data_config.name[len('text:'):]
+  prefix = data_config.name[len('text:') :]
   src, tgt = data_config.source_lang, data_config.target_lang
   if not prefix:
-    raise DataError("data.name='text:' needs a path prefix, e.g. text:corpora/news "
-                    'for corpora/news.train.de, corpora/news.dev.de, ...')
+    raise DataError(
+        "data.name='text:' needs a path prefix, e.g. text:corpora/news "
+        'for corpora/news.train.de, corpora/news.dev.de, ...'
+    )
   encoding.require_workdir(data_config, workdir)
   for split in ('train', 'eval'):
     if not has_split(prefix, split, src, tgt):
       paths = ' and '.join(split_paths(prefix, split, src, tgt))
-      raise DataError(f'the {SPLIT_FILES[split]} split is missing: expected {paths}')
+      raise DataError(
+          f'the {SPLIT_FILES[split]} split is missing: expected {paths}'
+      )
   splits = [s for s in SPLIT_FILES if has_split(prefix, s, src, tgt)]
-  names = {split: ' / '.join(split_paths(prefix, split, src, tgt)) for split in splits}
+  names = {
+      split: ' / '.join(split_paths(prefix, split, src, tgt))
+      for split in splits
+  }
   # The cache is current while every file keeps its size and modification time.
-  identity = [(path, os.stat(path).st_size, os.stat(path).st_mtime_ns)
-              for split in splits for path in split_paths(prefix, split, src, tgt)]
-  return encoding.cached_task(data_config, workdir, build_missing, identity, names,
-                     lambda: {split: read_split(prefix, split, src, tgt) for split in splits})
+  identity = [
+      (path, os.stat(path).st_size, os.stat(path).st_mtime_ns)
+      for split in splits
+      for path in split_paths(prefix, split, src, tgt)
+  ]
+  return encoding.cached_task(
+      data_config,
+      workdir,
+      build_missing,
+      identity,
+      names,
+      lambda: {split: read_split(prefix, split, src, tgt) for split in splits},
+  )

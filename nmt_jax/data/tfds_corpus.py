@@ -16,8 +16,12 @@ from nmt_jax.errors import DataError
 
 # Builder -> module whose import registers it (without TensorFlow, `import
 # tensorflow_datasets` does not register the translate builders).
-TFDS_MODULES = {'wmt14_translate': 'wmt14', 'wmt15_translate': 'wmt15',
-                'wmt17_translate': 'wmt17', 'ted_hrlr_translate': 'ted_hrlr'}
+TFDS_MODULES = {
+    'wmt14_translate': 'wmt14',
+    'wmt15_translate': 'wmt15',
+    'wmt17_translate': 'wmt17',
+    'ted_hrlr_translate': 'ted_hrlr',
+}
 TFDS_SPLITS = {'train': 'train', 'eval': 'validation', 'test': 'test'}
 
 
@@ -26,26 +30,41 @@ def tfds_builder(data_config):
   try:
     import tensorflow_datasets as tfds  # pylint: disable=g-import-not-at-top
   except ImportError:
-    raise DataError(f'data.name={data_config.name!r} needs TensorFlow Datasets; '
-                    "pip install -e '.[data]'") from None
-  name = data_config.name[len('tfds:'):]
+    raise DataError(
+        f'data.name={data_config.name!r} needs TensorFlow Datasets; '
+        "pip install -e '.[data]'"
+    ) from None
+  name = data_config.name[len('tfds:') :]
   builder_name, _, config_name = name.partition('/')
   if builder_name not in TFDS_MODULES or not config_name:
-    raise DataError(f'data.name={data_config.name!r}: use tfds:<builder>/<config> with builder one '
-                    f'of {", ".join(TFDS_MODULES)}, e.g. tfds:wmt17_translate/de-en')
-  importlib.import_module(f'tensorflow_datasets.translate.{TFDS_MODULES[builder_name]}')
+    raise DataError(
+        f'data.name={data_config.name!r}: use tfds:<builder>/<config> with builder one '
+        f'of {", ".join(TFDS_MODULES)}, e.g. tfds:wmt17_translate/de-en'
+    )
+  importlib.import_module(
+      f'tensorflow_datasets.translate.{TFDS_MODULES[builder_name]}'
+  )
   configs = {c.name: c for c in tfds.builder_cls(builder_name).BUILDER_CONFIGS}
   if config_name not in configs:
-    raise DataError(f'{builder_name} has no config {config_name!r}; use one of '
-                    f'{", ".join(sorted(configs))}')
+    raise DataError(
+        f'{builder_name} has no config {config_name!r}; use one of '
+        f'{", ".join(sorted(configs))}'
+    )
   pair = tuple(configs[config_name].language_pair)
   wanted = (data_config.source_lang, data_config.target_lang)
   if set(wanted) != set(pair):
-    raise DataError(f'{builder_name}/{config_name} has the languages {pair[0]} and {pair[1]}, not '
-                    f'{wanted[0]}->{wanted[1]}; set --config.data.source_lang and '
-                    '--config.data.target_lang to those two (in either order)')
+    raise DataError(
+        f'{builder_name}/{config_name} has the languages {pair[0]} and {pair[1]}, not '
+        f'{wanted[0]}->{wanted[1]}; set --config.data.source_lang and '
+        '--config.data.target_lang to those two (in either order)'
+    )
   data_dir = data_config.tfds_data_dir or None
-  return tfds, tfds.builder(name, data_dir=data_dir, file_format='array_record'), name, data_dir
+  return (
+      tfds,
+      tfds.builder(name, data_dir=data_dir, file_format='array_record'),
+      name,
+      data_dir,
+  )
 
 
 def prepare(data_config):
@@ -54,14 +73,21 @@ def prepare(data_config):
   if builder.is_prepared():
     logging.info('%s is already prepared in %s', name, builder.data_dir)
     return
-  logging.info('preparing %s in %s (downloads the corpus)', name, builder.data_dir)
+  logging.info(
+      'preparing %s in %s (downloads the corpus)', name, builder.data_dir
+  )
   try:
     builder.download_and_prepare(
-        download_config=tfds.download.DownloadConfig(manual_dir=data_config.tfds_manual_dir or None))
+        download_config=tfds.download.DownloadConfig(
+            manual_dir=data_config.tfds_manual_dir or None
+        )
+    )
   except Exception as e:  # pylint: disable=broad-except  (network, missing manual files, ...)
     first = (str(e).strip().splitlines() or [type(e).__name__])[0][:300]
-    raise DataError(f'could not prepare {name} ({first}); without network, download its files '
-                    'elsewhere and place them in --config.data.tfds_manual_dir') from None
+    raise DataError(
+        f'could not prepare {name} ({first}); without network, download its files '
+        'elsewhere and place them in --config.data.tfds_manual_dir'
+    ) from None
 
 
 def _as_text(value) -> str:
@@ -73,23 +99,43 @@ def load_task(data_config, workdir: Optional[str], build_missing: bool):
   """The Task of a prepared `tfds:<builder>/<config>` corpus (read with tfds.data_source)."""
   tfds, builder, name, data_dir = tfds_builder(data_config)
   encoding.require_workdir(data_config, workdir)
-  available = set(builder.info.splits.keys()) if builder.is_prepared() else set()
+  available = (
+      set(builder.info.splits.keys()) if builder.is_prepared() else set()
+  )
   sources, names = {}, {}
   for split, tfds_split in TFDS_SPLITS.items():
     if available and tfds_split not in available:
       if split == 'test':
         continue
-      raise DataError(f'{name} has no {tfds_split!r} split (it has {", ".join(sorted(available))})')
+      raise DataError(
+          f'{name} has no {tfds_split!r} split (it has {", ".join(sorted(available))})'
+      )
     try:
-      source = tfds.data_source(name, split=tfds_split, data_dir=data_dir, download=False)
+      source = tfds.data_source(
+          name, split=tfds_split, data_dir=data_dir, download=False
+      )
     except Exception:  # pylint: disable=broad-except  (not prepared, or not as array_record)
-      raise DataError(f'{name} is not prepared (as array_record) in {builder.data_dir}; run the '
-                      'same command with --mode=prepare first (it downloads the corpus)') from None
+      raise DataError(
+          f'{name} is not prepared (as array_record) in {builder.data_dir}; run the '
+          'same command with --mode=prepare first (it downloads the corpus)'
+      ) from None
     sources[split] = source
     names[split] = f'{name} {tfds_split}'
   src, tgt = data_config.source_lang, data_config.target_lang
   identity = [str(builder.data_dir), str(builder.version)] + [
-      (split, len(source)) for split, source in sources.items()]
-  return encoding.cached_task(data_config, workdir, build_missing, identity, names, lambda: {
-      split: ([_as_text(r[src]) for r in source], [_as_text(r[tgt]) for r in source])
-      for split, source in sources.items()})
+      (split, len(source)) for split, source in sources.items()
+  ]
+  return encoding.cached_task(
+      data_config,
+      workdir,
+      build_missing,
+      identity,
+      names,
+      lambda: {
+          split: (
+              [_as_text(r[src]) for r in source],
+              [_as_text(r[tgt]) for r in source],
+          )
+          for split, source in sources.items()
+      },
+  )

@@ -1,9 +1,9 @@
 """Translations with their attention, for inspection (notebooks, plots.py).
 
-  from nmt_jax.tools import attention_maps
-  sentences = attention_maps.sample_sentences('runs/memory_k64', 3)
-  for t in attention_maps.translate_with_attention('runs/memory_k64', sentences):
-    print(t.hypothesis, t.weights.shape)       # [T, S]
+from nmt_jax.tools import attention_maps
+sentences = attention_maps.sample_sentences('runs/memory_k64', 3)
+for t in attention_maps.translate_with_attention('runs/memory_k64', sentences):
+  print(t.hypothesis, t.weights.shape)       # [T, S]
 """
 
 import dataclasses
@@ -31,6 +31,7 @@ class Translation:
   scores) and beta [T, K] (decoder scores); flexible has strength g(t) [T] and
   the kept interval first/last [T] (whole sentence when tau = inf).
   """
+
   source: List[str]
   hypothesis: List[str]
   weights: Optional[np.ndarray]
@@ -38,8 +39,12 @@ class Translation:
   attention: str
 
 
-def translate_with_attention(workdir: str, sentences: Sequence[str], beam_size: int = 1,
-                             overrides: Optional[Dict[str, Any]] = None) -> List[Translation]:
+def translate_with_attention(
+    workdir: str,
+    sentences: Sequence[str],
+    beam_size: int = 1,
+    overrides: Optional[Dict[str, Any]] = None,
+) -> List[Translation]:
   """Decodes `sentences` with the workdir's best checkpoint, keeping the attention per step.
 
   `overrides` changes config fields first, e.g. {'model.attention.tau': 1.2}.
@@ -57,27 +62,40 @@ def translate_with_attention(workdir: str, sentences: Sequence[str], beam_size: 
   split = dataset.sentences_split(list(sentences), task.source_vocab)
   longest = max(len(s) for s in split.source)
   source = batching.make_batch(split, range(len(split)), longest)['source']
-  decode_fn = decode.make_decode_fn(model, config.decode, beam_size, with_diagnostics=True)
+  decode_fn = decode.make_decode_fn(
+      model, config.decode, beam_size, with_diagnostics=True
+  )
   out = jax.device_get(decode_fn(params, source))
   diagnostics = out.diagnostics or {}
   cache, _ = jax.device_get(
-      model.apply({'params': params}, source, method=models.Seq2Seq.encode))
+      model.apply({'params': params}, source, method=models.Seq2Seq.encode)
+  )
   translations = []
   for i, tokens in enumerate(np.asarray(out.tokens)):
     steps = int(np.sum(tokens != 0))
     length = len(split.source[i])
     hypothesis = task.target_vocab.decode(tokens[:steps]).split()
-    extras = {k: np.asarray(v[i, :steps]) for k, v in diagnostics.items()
-              if k not in ('weights', 'window') and np.ndim(v) == 2}
+    extras = {
+        k: np.asarray(v[i, :steps])
+        for k, v in diagnostics.items()
+        if k not in ('weights', 'window') and np.ndim(v) == 2
+    }
     weights = diagnostics.get('weights')
     if weights is not None:
       # [T, W] over what the kind attends to -> [T, S] over the source.
       weights, kind_extras = kind.source_attention(
-          np.asarray(weights[i, :steps]), cache, i, length)
+          np.asarray(weights[i, :steps]), cache, i, length
+      )
       extras.update(kind_extras)
-    translations.append(Translation(
-        task.source_vocab.decode(split.source[i]).split() + ['</s>'],
-        hypothesis + ['</s>'], weights, extras, config.model.attention.kind))
+    translations.append(
+        Translation(
+            task.source_vocab.decode(split.source[i]).split() + ['</s>'],
+            hypothesis + ['</s>'],
+            weights,
+            extras,
+            config.model.attention.kind,
+        )
+    )
   return translations
 
 

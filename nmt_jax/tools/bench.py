@@ -80,14 +80,17 @@ def matmul_gflops() -> float:
   return 2 * 128 * 768 * 1024 * count / seconds / 1e9
 
 
-def dense_flops(model_config, batch: int, source_len: int, target_len: int,
-                vocab: int) -> float:
+def dense_flops(
+    model_config, batch: int, source_len: int, target_len: int, vocab: int
+) -> float:
   """Forward matmul FLOPs of one padded batch (elementwise work not counted)."""
   m = model_config
   h, e = m.hidden_size, m.embed_size
   flops, width = 0.0, e
   for layer in range(m.num_encoder_layers):
-    bi = m.bidirectional == 'all' or (m.bidirectional == 'bottom' and layer == 0)
+    bi = m.bidirectional == 'all' or (
+        m.bidirectional == 'bottom' and layer == 0
+    )
     units, directions = (h // 2, 2) if bi else (h, 1)
     flops += directions * 2 * (width + units) * 4 * units * source_len
     width = h
@@ -111,8 +114,9 @@ def dense_flops(model_config, batch: int, source_len: int, target_len: int,
 # ----------------------------------------------------------------- train
 
 
-def bench_train(config, num_steps: int, repeats: int,
-                workdir: Optional[str] = None) -> Dict[str, Any]:
+def bench_train(
+    config, num_steps: int, repeats: int, workdir: Optional[str] = None
+) -> Dict[str, Any]:
   """Timed training steps of a config (the median of `repeats` repetitions)."""
   config = validation.resolve(config)
   setup = train.build(config, workdir)
@@ -152,8 +156,11 @@ def bench_train(config, num_steps: int, repeats: int,
     padded = sum(b['target_out'].size for b in host)
     flops = 3 * sum(
         dense_flops(
-            config.model, b['source'].shape[0], b['source'].shape[1],
-            b['target_out'].shape[1], len(setup.task.target_vocab),
+            config.model,
+            b['source'].shape[0],
+            b['source'].shape[1],
+            b['target_out'].shape[1],
+            len(setup.task.target_vocab),
         )
         for b in host
     )
@@ -185,8 +192,9 @@ def bench_train(config, num_steps: int, repeats: int,
 class DecodeBench:
   """One config's decoders over the evaluation split; `time(mode)` runs it once."""
 
-  def __init__(self, config, workdir: Optional[str],
-               num_sentences: Optional[int]):
+  def __init__(
+      self, config, workdir: Optional[str], num_sentences: Optional[int]
+  ):
     config = validation.resolve(config)
     if workdir:
       task, model, mesh, params, _ = workdirs.restore_for_inference(
@@ -242,7 +250,9 @@ class DecodeBench:
       sentences = sum(int(np.sum(rows >= 0)) for rows, _ in eval_batches)
       forced = jax.jit(functools.partial(decode.forced_decode, self.model))
       calls = [(self.params, b['source'], b['target_in']) for b in device]
-      executables, compile_s = timing.compile_by_shape(forced, calls, warm=False)
+      executables, compile_s = timing.compile_by_shape(
+          forced, calls, warm=False
+      )
       self._forced = (executables, calls, sentences, compile_s)
     executables, calls, sentences, compile_s = self._forced
     outs, seconds = timing.timed(
@@ -260,8 +270,9 @@ class DecodeBench:
     }
 
 
-def bench_decode(config, compare, workdir, modes, repeats,
-                 num_sentences) -> Dict[str, Any]:
+def bench_decode(
+    config, compare, workdir, modes, repeats, num_sentences
+) -> Dict[str, Any]:
   """Decoding speed of `config` (and of `compare`, alternating repetitions)."""
   benches = {'this': DecodeBench(config, workdir, num_sentences)}
   if compare is not None:

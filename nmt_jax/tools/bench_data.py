@@ -25,8 +25,14 @@ from nmt_jax.data import encoding
 from nmt_jax.tools import bench
 
 
-def write_synthetic_corpus(prefix: str, pairs: int, max_words: int, seed: int = 0,
-                           source_lang: str = 'de', target_lang: str = 'en'):
+def write_synthetic_corpus(
+    prefix: str,
+    pairs: int,
+    max_words: int,
+    seed: int = 0,
+    source_lang: str = 'de',
+    target_lang: str = 'en',
+):
   """<prefix>.{train,dev}.{src,tgt}: Zipfian pseudo-words, lengths like news text.
 
   Lengths: lognormal around 22 words, clipped to 1..max_words; the target is a
@@ -34,7 +40,10 @@ def write_synthetic_corpus(prefix: str, pairs: int, max_words: int, seed: int = 
   """
   rng = np.random.default_rng(seed)
   letters = np.array(list('abcdefghijklmnopqrstuvwxyz'))
-  words = [''.join(rng.choice(letters, size=rng.integers(2, 11))) for _ in range(50_000)]
+  words = [
+      ''.join(rng.choice(letters, size=rng.integers(2, 11)))
+      for _ in range(50_000)
+  ]
   zipf = 1.0 / np.arange(1, len(words) + 1) ** 1.05
   zipf /= zipf.sum()
 
@@ -44,49 +53,76 @@ def write_synthetic_corpus(prefix: str, pairs: int, max_words: int, seed: int = 
     return [' '.join(words[i] for i in piece) for piece in pieces]
 
   for split, count in (('train', pairs), ('dev', min(3_000, pairs))):
-    lengths = np.clip(rng.lognormal(3.0, 0.55, size=count).astype(int), 1, max_words)
+    lengths = np.clip(
+        rng.lognormal(3.0, 0.55, size=count).astype(int), 1, max_words
+    )
     longer = np.clip(lengths + rng.integers(0, 3, size=count), 1, max_words)
-    for lang, shift, side in ((source_lang, 0, lengths), (target_lang, 7, longer)):
+    for lang, shift, side in (
+        (source_lang, 0, lengths),
+        (target_lang, 7, longer),
+    ):
       with open(f'{prefix}.{split}.{lang}', 'w', encoding='utf-8') as f:
         f.write('\n'.join(sentences(side, shift)) + '\n')
 
 
-def bench_data(config, synthetic: int, workdir: Optional[str], steps: int,
-               train_steps: int) -> Dict[str, Any]:
+def bench_data(
+    config, synthetic: int, workdir: Optional[str], steps: int, train_steps: int
+) -> Dict[str, Any]:
   """Input pipeline throughput (sentences/s) against training consumption."""
   config = validation.resolve(config)
   scratch = tempfile.mkdtemp(prefix='nmt_jax_bench_data_')
   try:
     if synthetic:
       start = time.perf_counter()
-      write_synthetic_corpus(os.path.join(scratch, 'synthetic'), synthetic,
-                             config.data.max_length, config.seed,
-                             config.data.source_lang, config.data.target_lang)
+      write_synthetic_corpus(
+          os.path.join(scratch, 'synthetic'),
+          synthetic,
+          config.data.max_length,
+          config.seed,
+          config.data.source_lang,
+          config.data.target_lang,
+      )
       config.data.name = f'text:{os.path.join(scratch, "synthetic")}'
-      print(f'wrote a synthetic corpus of {synthetic:,} pairs in '
-            f'{time.perf_counter() - start:.1f} s', file=sys.stderr)
+      print(
+          f'wrote a synthetic corpus of {synthetic:,} pairs in '
+          f'{time.perf_counter() - start:.1f} s',
+          file=sys.stderr,
+      )
     workdir = workdir or os.path.join(scratch, 'workdir')
     vocab_s = cached_s = 0.0
     if config.data.name not in data.embedded.NAMES:
       start = time.perf_counter()
-      data.load_task(config.data, config.seed, workdir, build_vocab=True)   # vocabularies
+      # vocabularies
+      data.load_task(config.data, config.seed, workdir, build_vocab=True)
       vocab_s = time.perf_counter() - start
-      shutil.rmtree(os.path.join(workdir, encoding.CACHE_DIR), ignore_errors=True)
+      shutil.rmtree(
+          os.path.join(workdir, encoding.CACHE_DIR), ignore_errors=True
+      )
     start = time.perf_counter()
-    task = data.load_task(config.data, config.seed, workdir)    # read, encode, filter, cache
+    # read, encode, filter, cache
+    task = data.load_task(config.data, config.seed, workdir)
     load_s = time.perf_counter() - start
     if config.data.name not in data.embedded.NAMES:
       start = time.perf_counter()
-      task = data.load_task(config.data, config.seed, workdir)  # the encoded cache, mapped
+      # the encoded cache, mapped
+      task = data.load_task(config.data, config.seed, workdir)
       cached_s = time.perf_counter() - start
-    pairs = len(task.train) + len(task.eval) + (len(task.test) if task.test else 0)
-    boundaries = batching.bucket_boundaries(task.max_length, config.data.num_buckets)
+    pairs = (
+        len(task.train) + len(task.eval) + (len(task.test) if task.test else 0)
+    )
+    boundaries = batching.bucket_boundaries(
+        task.max_length, config.data.num_buckets
+    )
     mesh = parallel.make_mesh(config.parallel.mesh_shape)
-    sizes = batching.batch_sizes(boundaries, config.train.batch_size, config.data.batch_tokens,
-                             mesh.devices.size)
+    sizes = batching.batch_sizes(
+        boundaries,
+        config.train.batch_size,
+        config.data.batch_tokens,
+        mesh.devices.size,
+    )
     batches = batching.TrainBatches(task.train, sizes, boundaries, config.seed)
     iterator = batching.train_iterator(batches, steps + 1)
-    next(iterator)                              # thread start-up and the first epoch's shuffle
+    next(iterator)  # thread start-up and the first epoch's shuffle
     start = time.perf_counter()
     made = [next(iterator) for _ in range(steps)]
     iterate_s = time.perf_counter() - start
@@ -109,10 +145,16 @@ def bench_data(config, synthetic: int, workdir: Optional[str], steps: int,
     if train_steps:
       trained = bench.bench_train(config, train_steps, 1, workdir)
       consumed = result['sentences_per_batch'] / (trained['step_ms'] / 1000)
-      result.update({'train_step_ms': trained['step_ms'],
-                     'train_sentences_per_sec': consumed,
-                     'train_tokens_per_sec': trained['tokens_per_sec'],
-                     'pipeline_over_training': result['pipeline_sentences_per_sec'] / consumed})
+      result.update(
+          {
+              'train_step_ms': trained['step_ms'],
+              'train_sentences_per_sec': consumed,
+              'train_tokens_per_sec': trained['tokens_per_sec'],
+              'pipeline_over_training': (
+                  result['pipeline_sentences_per_sec'] / consumed
+              ),
+          }
+      )
     return result
   finally:
     shutil.rmtree(scratch, ignore_errors=True)

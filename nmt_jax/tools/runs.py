@@ -22,19 +22,21 @@ from nmt_jax import attention
 from nmt_jax import errors
 from nmt_jax import writers
 
-
 # ----------------------------------------------------------------- workdirs
 
 
 @dataclasses.dataclass
 class RunRecord:
   """What a workdir holds: resolved config, metrics.jsonl records, evaluation, tau sweep."""
+
   workdir: str
   config: Dict[str, Any]
   metrics: List[Dict[str, Any]]
   eval_results: Optional[Dict[str, Any]]
   tau_sweep: Optional[List[Dict[str, Any]]]
-  label: Optional[str] = None      # name in legends; default: the workdir's last component
+  label: Optional[str] = (
+      None  # name in legends; default: the workdir's last component
+  )
 
   @property
   def name(self) -> str:
@@ -49,12 +51,17 @@ def load_run(workdir: str) -> RunRecord:
   """Loads a workdir written by `nmt_jax.main` (config.json must exist)."""
   path = os.path.join(workdir, 'config.json')
   if not os.path.isfile(path):
-    raise FileNotFoundError(f'{workdir} is not a workdir (no config.json); train first with '
-                            f'python -m nmt_jax.main --config=... --workdir={workdir}')
+    raise FileNotFoundError(
+        f'{workdir} is not a workdir (no config.json); train first with '
+        f'python -m nmt_jax.main --config=... --workdir={workdir}'
+    )
   with open(path, encoding='utf-8') as f:
     config = json.load(f)
-  metrics = writers.read_metrics(workdir) if os.path.isfile(
-      os.path.join(workdir, 'metrics.jsonl')) else []
+  metrics = (
+      writers.read_metrics(workdir)
+      if os.path.isfile(os.path.join(workdir, 'metrics.jsonl'))
+      else []
+  )
   eval_results = _read_json(os.path.join(workdir, 'eval_results.json'))
   tau = _read_json(os.path.join(workdir, 'tau_sweep.json'))
   return RunRecord(workdir, config, metrics, eval_results, tau and tau['rows'])
@@ -73,13 +80,16 @@ def find_workdirs(root: str) -> List[str]:
   for directory, subdirs, files in os.walk(root):
     if 'config.json' in files:
       found.append(directory)
-      subdirs[:] = []            # a workdir's subdirectories (checkpoints, vocab) are not runs
+      # a workdir's subdirectories (checkpoints, vocab) are not runs
+      subdirs[:] = []
     else:
       subdirs.sort()
   return sorted(found)
 
 
-def workdirs_from_env(value: Optional[str] = None, variable: str = 'NMT_JAX_WORKDIRS') -> List[str]:
+def workdirs_from_env(
+    value: Optional[str] = None, variable: str = 'NMT_JAX_WORKDIRS'
+) -> List[str]:
   """Workdirs from a comma-separated string, else from the environment variable.
 
   The notebooks read NMT_JAX_WORKDIR (one) and NMT_JAX_WORKDIRS (comma-separated).
@@ -99,7 +109,10 @@ COLUMNS = (
     ('K', 'config:model.attention.num_memory'),
     ('PE', 'config:model.attention.position_encoding'),
     ('hidden', 'config:model.hidden_size'),
-    ('best_step', 'eval:checkpoint_step'),   # the evaluated (best-BLEU) checkpoint
+    (
+        'best_step',
+        'eval:checkpoint_step',
+    ),  # the evaluated (best-BLEU) checkpoint
     ('beam', 'eval:beam_size'),
     ('bleu', 'eval:bleu'),
     ('chrf', 'eval:chrf'),
@@ -137,18 +150,26 @@ def result_row(run: RunRecord, root: Optional[str] = None) -> Dict[str, Any]:
     field = source.partition('config:model.attention.')[2]
     if field and field != 'kind' and fields is not None and field not in fields:
       row[column] = None
-  ms, count = evaluation.get('decode_ms_per_sentence'), evaluation.get('num_sentences')
+  ms, count = evaluation.get('decode_ms_per_sentence'), evaluation.get(
+      'num_sentences'
+  )
   row['decode_s'] = ms * count / 1000 if ms is not None and count else None
-  train = [r['tokens_per_sec'] for r in run.records('train') if 'tokens_per_sec' in r]
+  train = [
+      r['tokens_per_sec'] for r in run.records('train') if 'tokens_per_sec' in r
+  ]
   # The first logging window includes compilation: leave it out when there are others. The
   # median ignores a window stalled by something else on the machine (or a paused run).
-  row['train_tokens_per_sec'] = float(np.median(train[1:] or train)) if train else None
+  row['train_tokens_per_sec'] = (
+      float(np.median(train[1:] or train)) if train else None
+  )
   valid = [r['bleu'] for r in run.records('valid') if 'bleu' in r]
   row['best_valid_bleu'] = max(valid) if valid else None
   return row
 
 
-def results_table(workdirs: Sequence[str], root: Optional[str] = None) -> List[Dict[str, Any]]:
+def results_table(
+    workdirs: Sequence[str], root: Optional[str] = None
+) -> List[Dict[str, Any]]:
   """One row per workdir (see COLUMNS); runs without an evaluation have empty eval columns."""
   return [result_row(load_run(w), root) for w in workdirs]
 
@@ -158,7 +179,9 @@ def write_csv(rows: Sequence[Dict[str, Any]], path: str):
   with open(path, 'w', encoding='utf-8', newline='') as f:
     writer = csv.DictWriter(f, columns)
     writer.writeheader()
-    writer.writerows([{k: '' if v is None else v for k, v in row.items()} for row in rows])
+    writer.writerows(
+        [{k: '' if v is None else v for k, v in row.items()} for row in rows]
+    )
 
 
 def _cell(value) -> str:
@@ -171,14 +194,22 @@ def _cell(value) -> str:
   return str(value)
 
 
-def markdown_table(rows: Sequence[Dict[str, Any]], columns: Optional[Sequence[str]] = None) -> str:
+def markdown_table(
+    rows: Sequence[Dict[str, Any]], columns: Optional[Sequence[str]] = None
+) -> str:
   """A GitHub markdown table; columns that are empty in every row are left out."""
   if not rows:
     return '(no runs)'
   columns = list(columns or rows[0])
   columns = [c for c in columns if any(row.get(c) is not None for row in rows)]
-  lines = ['| ' + ' | '.join(columns) + ' |', '|' + '|'.join('---' for _ in columns) + '|']
-  lines += ['| ' + ' | '.join(_cell(row.get(c)) for c in columns) + ' |' for row in rows]
+  lines = [
+      '| ' + ' | '.join(columns) + ' |',
+      '|' + '|'.join('---' for _ in columns) + '|',
+  ]
+  lines += [
+      '| ' + ' | '.join(_cell(row.get(c)) for c in columns) + ' |'
+      for row in rows
+  ]
   return '\n'.join(lines)
 
 
@@ -200,7 +231,8 @@ def _rank(kind) -> int:
 
 def model_label(row: Dict[str, Any], leave_out: str = '') -> str:
   """'memory K=16 +PE (renorm)', 'global concat', 'none' from a results_table row
-  (without the column `leave_out`, e.g. the one a pivot table spreads over its columns)."""
+  (without the column `leave_out`, e.g. the one a pivot table spreads over its columns).
+  """
   parts = [str(row['attention'])] if leave_out != 'attention' else []
   if row.get('score') is not None and leave_out != 'score':
     parts.append(str(row['score']))
@@ -211,8 +243,11 @@ def model_label(row: Dict[str, Any], leave_out: str = '') -> str:
   return ' '.join(parts) or 'all'
 
 
-def pivot_table(rows: Sequence[Dict[str, Any]], column: str,
-                values: Sequence[str] = ('bleu', 'decode_s')) -> str:
+def pivot_table(
+    rows: Sequence[Dict[str, Any]],
+    column: str,
+    values: Sequence[str] = ('bleu', 'decode_s'),
+) -> str:
   """A markdown table with one row per model and `values` under each value of `column`.
 
   E.g. column='L': Britz et al.'s Table 1 layout (BLEU and decoding time per length).
@@ -220,24 +255,46 @@ def pivot_table(rows: Sequence[Dict[str, Any]], column: str,
   """
   if not rows:
     return '(no runs)'
+
   def order(row):
-    return (_rank(row['attention']), row.get('K') or 0, str(row.get('PE')),
-            str(row.get('score')))
+    return (
+        _rank(row['attention']),
+        row.get('K') or 0,
+        str(row.get('PE')),
+        str(row.get('score')),
+    )
+
   models: Dict[str, Dict[Any, Dict[str, Any]]] = {}
   for row in sorted(rows, key=order):
     cells = models.setdefault(model_label(row, column), {})
     if row[column] in cells:
-      raise ValueError(f'runs {cells[row[column]]["run"]} and {row["run"]} are the same model at '
-                       f'{column}={row[column]}; aggregate them separately')
+      raise ValueError(
+          f'runs {cells[row[column]]["run"]} and {row["run"]} are the same model at '
+          f'{column}={row[column]}; aggregate them separately'
+      )
     cells[row[column]] = row
   keys = sorted({row[column] for row in rows}, key=lambda v: (v is None, v))
-  header = ['model'] + [f'{column}={key} {value}' for key in keys for value in values]
-  lines = ['| ' + ' | '.join(header) + ' |', '|---' + '|---:' * (len(header) - 1) + '|']
+  header = ['model'] + [
+      f'{column}={key} {value}' for key in keys for value in values
+  ]
+  lines = [
+      '| ' + ' | '.join(header) + ' |',
+      '|---' + '|---:' * (len(header) - 1) + '|',
+  ]
   for label, cells in models.items():
-    lines.append('| ' + ' | '.join([label] + [_cell(cells[key].get(value)) if key in cells else ''
-                                              for key in keys for value in values]) + ' |')
+    lines.append(
+        '| '
+        + ' | '.join(
+            [label]
+            + [
+                _cell(cells[key].get(value)) if key in cells else ''
+                for key in keys
+                for value in values
+            ]
+        )
+        + ' |'
+    )
   return '\n'.join(lines)
-
 
 
 def summary(run: RunRecord) -> Dict[str, Any]:

@@ -30,37 +30,52 @@ from nmt_jax.tools import runs as runs_lib
 # Shu & Nakayama's Figure 3 thresholds (inf = no pruning).
 SHU_TAUS = (0.3, 0.5, 0.8, 1.0, 1.2, 1.4, 1.6, 5.0, 8.0, math.inf)
 
+
 @dataclasses.dataclass
 class Run:
   name: str
-  config: str                        # path[:preset]
+  config: str  # path[:preset]
   overrides: Dict[str, object]
 
   def command(self, root: str, mode: str = 'train') -> List[str]:
-    args = [sys.executable, '-m', 'nmt_jax.main', f'--config={self.config}',
-            f'--workdir={os.path.join(root, self.name)}'] + (
-                [] if mode == 'train' else [f'--mode={mode}'])
-    return args + [f'--config.{k}={_format(v).replace("{root}", root)}'
-                   for k, v in self.overrides.items()]
+    args = [
+        sys.executable,
+        '-m',
+        'nmt_jax.main',
+        f'--config={self.config}',
+        f'--workdir={os.path.join(root, self.name)}',
+    ] + ([] if mode == 'train' else [f'--mode={mode}'])
+    return args + [
+        f'--config.{k}={_format(v).replace("{root}", root)}'
+        for k, v in self.overrides.items()
+    ]
 
 
 def _format(value) -> str:
   if isinstance(value, float) and math.isinf(value):
     return 'inf'
   if isinstance(value, (tuple, list)):
-    return '(' + ','.join(_format(v) for v in value) + (',)' if len(value) == 1 else ')')
+    return (
+        '('
+        + ','.join(_format(v) for v in value)
+        + (',)' if len(value) == 1 else ')')
+    )
   return str(value)
 
 
 def parse_assignment(text: str, flag: str):
   field, sep, value = text.partition('=')
   if not sep or not field or not value:
-    raise errors.ConfigError(f'--{flag}={text!r} is not field=value(s); e.g. '
-                             f'--{flag}=model.attention.num_memory=1,4,16')
+    raise errors.ConfigError(
+        f'--{flag}={text!r} is not field=value(s); e.g. '
+        f'--{flag}=model.attention.num_memory=1,4,16'
+    )
   return field, value
 
 
-def grid_runs(config: str, grid: Sequence[str], common: Dict[str, object]) -> List[Run]:
+def grid_runs(
+    config: str, grid: Sequence[str], common: Dict[str, object]
+) -> List[Run]:
   """The product of `grid` ('field=v1,v2') over one config; names say the values."""
   axes = []
   for text in grid:
@@ -68,7 +83,10 @@ def grid_runs(config: str, grid: Sequence[str], common: Dict[str, object]) -> Li
     axes.append([(field, v) for v in values.split(',')])
   runs = []
   for combo in itertools.product(*axes):
-    name = '+'.join(f'{field.split(".")[-1]}={value}' for field, value in combo) or 'run'
+    name = (
+        '+'.join(f'{field.split(".")[-1]}={value}' for field, value in combo)
+        or 'run'
+    )
     runs.append(Run(name, config, {**common, **dict(combo)}))
   return runs
 
@@ -80,21 +98,34 @@ def load_sweep(spec: str, common: Dict[str, object]) -> List[Run]:
   """
   path, _, arg = spec.partition(':')
   if not os.path.isfile(path):
-    raise errors.ConfigError(f'sweep file {path} does not exist; e.g. '
-                             '--sweep=configs/sweeps/britz_copy.py:20')
-  module_spec = importlib.util.spec_from_file_location('nmt_jax_sweep_file', path)
+    raise errors.ConfigError(
+        f'sweep file {path} does not exist; e.g. '
+        '--sweep=configs/sweeps/britz_copy.py:20'
+    )
+  module_spec = importlib.util.spec_from_file_location(
+      'nmt_jax_sweep_file', path
+  )
   module = importlib.util.module_from_spec(module_spec)
   module_spec.loader.exec_module(module)
   here = os.path.dirname(path)
   runs = []
   for entry in module.get_sweep(arg or None):
     config_path, colon, preset = entry['config'].partition(':')
-    config_path = os.path.relpath(os.path.normpath(os.path.join(here, config_path)))
-    runs.append(Run(entry['name'], config_path + colon + preset,
-                    {**entry.get('overrides', {}), **common}))
+    config_path = os.path.relpath(
+        os.path.normpath(os.path.join(here, config_path))
+    )
+    runs.append(
+        Run(
+            entry['name'],
+            config_path + colon + preset,
+            {**entry.get('overrides', {}), **common},
+        )
+    )
   names = [r.name for r in runs]
   if len(set(names)) != len(names):
-    raise errors.ConfigError(f'sweep file {path} names two runs alike: {sorted(names)}')
+    raise errors.ConfigError(
+        f'sweep file {path} names two runs alike: {sorted(names)}'
+    )
   return runs
 
 
@@ -102,10 +133,16 @@ def select_runs(runs: Sequence[Run], patterns: Sequence[str]) -> List[Run]:
   """The runs whose names match one of the shell `patterns`; a pattern matching none is an error."""
   for pattern in patterns:
     if not any(fnmatch.fnmatchcase(run.name, pattern) for run in runs):
-      raise errors.ConfigError(f'--only={pattern!r} matches no run; the runs are '
-                               f'{", ".join(run.name for run in runs[:6])}'
-                               f'{", ..." if len(runs) > 6 else ""}')
-  return [run for run in runs if any(fnmatch.fnmatchcase(run.name, p) for p in patterns)]
+      raise errors.ConfigError(
+          f'--only={pattern!r} matches no run; the runs are '
+          f'{", ".join(run.name for run in runs[:6])}'
+          f'{", ..." if len(runs) > 6 else ""}'
+      )
+  return [
+      run
+      for run in runs
+      if any(fnmatch.fnmatchcase(run.name, p) for p in patterns)
+  ]
 
 
 def parse_shard(text: str):
@@ -114,12 +151,15 @@ def parse_shard(text: str):
     if not 0 <= index < count:
       raise ValueError
   except ValueError:
-    raise errors.ConfigError(f'--shard={text!r} must be i/n with 0 <= i < n, e.g. 0/2') from None
+    raise errors.ConfigError(
+        f'--shard={text!r} must be i/n with 0 <= i < n, e.g. 0/2'
+    ) from None
   return index, count
 
 
-def run_sweep(runs: Sequence[Run], root: str, dry_run: bool = False,
-              mode: str = 'train') -> List[str]:
+def run_sweep(
+    runs: Sequence[Run], root: str, dry_run: bool = False, mode: str = 'train'
+) -> List[str]:
   """Trains each run unless its workdir is evaluated (mode 'eval': evaluates each trained run);
   -> names of failed runs."""
   failed = []
@@ -129,31 +169,63 @@ def run_sweep(runs: Sequence[Run], root: str, dry_run: bool = False,
       print(' '.join(shlex.quote(a) for a in command))
       continue
     workdir = os.path.join(root, run.name)
-    if mode == 'train' and os.path.exists(os.path.join(workdir, 'eval_results.json')):
-      logging.info('[%d/%d] %s: done before, skipped', i + 1, len(runs), run.name)
+    if mode == 'train' and os.path.exists(
+        os.path.join(workdir, 'eval_results.json')
+    ):
+      logging.info(
+          '[%d/%d] %s: done before, skipped', i + 1, len(runs), run.name
+      )
       continue
-    if mode == 'eval' and not os.path.exists(os.path.join(workdir, 'eval_results.json')):
-      logging.info('[%d/%d] %s: not trained (and evaluated) yet, skipped', i + 1, len(runs),
-                   run.name)
+    if mode == 'eval' and not os.path.exists(
+        os.path.join(workdir, 'eval_results.json')
+    ):
+      logging.info(
+          '[%d/%d] %s: not trained (and evaluated) yet, skipped',
+          i + 1,
+          len(runs),
+          run.name,
+      )
       continue
-    log_path = os.path.join(root, 'logs', run.name + ('.log' if mode == 'train' else f'.{mode}.log'))
+    log_path = os.path.join(
+        root, 'logs', run.name + ('.log' if mode == 'train' else f'.{mode}.log')
+    )
     os.makedirs(os.path.dirname(log_path), exist_ok=True)
-    logging.info('[%d/%d] %s: %s (log %s)', i + 1, len(runs), run.name,
-                 ' '.join(shlex.quote(a) for a in command[1:]), log_path)
+    logging.info(
+        '[%d/%d] %s: %s (log %s)',
+        i + 1,
+        len(runs),
+        run.name,
+        ' '.join(shlex.quote(a) for a in command[1:]),
+        log_path,
+    )
     start = time.time()
     with open(log_path, 'a', encoding='utf-8') as log:
       code = subprocess.call(command, stdout=log, stderr=subprocess.STDOUT)
     if code:
       failed.append(run.name)
-      logging.error('[%d/%d] %s failed (exit %d) after %.0f s; see %s', i + 1, len(runs),
-                    run.name, code, time.time() - start, log_path)
+      logging.error(
+          '[%d/%d] %s failed (exit %d) after %.0f s; see %s',
+          i + 1,
+          len(runs),
+          run.name,
+          code,
+          time.time() - start,
+          log_path,
+      )
     else:
-      logging.info('[%d/%d] %s finished in %.0f s', i + 1, len(runs), run.name,
-                   time.time() - start)
+      logging.info(
+          '[%d/%d] %s finished in %.0f s',
+          i + 1,
+          len(runs),
+          run.name,
+          time.time() - start,
+      )
   return failed
 
 
-def tau_sweep(config, workdir: str, taus: Sequence[float], beam_size: int) -> List[Dict]:
+def tau_sweep(
+    config, workdir: str, taus: Sequence[float], beam_size: int
+) -> List[Dict]:
   """Evaluates the workdir's best checkpoint at each tau; writes <workdir>/tau_sweep.json.
 
   Rows of an earlier sweep of the same checkpoint are kept (a tau evaluated again is
@@ -161,44 +233,74 @@ def tau_sweep(config, workdir: str, taus: Sequence[float], beam_size: int) -> Li
   """
   config = validation.resolve(config)
   if 'tau' not in attention.get(config.model.attention.kind).FIELDS:
-    raise errors.ConfigError(f'tau applies to flexible attention, the config has '
-                             f'model.attention.kind={config.model.attention.kind!r}; give the '
-                             'config the workdir was trained with (e.g. configs/flexible.py)')
+    raise errors.ConfigError(
+        f'tau applies to flexible attention, the config has '
+        f'model.attention.kind={config.model.attention.kind!r}; give the '
+        'config the workdir was trained with (e.g. configs/flexible.py)'
+    )
   task, _, mesh, params, step = workdirs.restore_for_inference(config, workdir)
   split = task.test_or_eval
   rows = []
   for tau in taus:
     tau_config = config.copy_and_resolve_references()
     tau_config.model.attention.tau = tau
-    evaluator = evaluation.Evaluator(tau_config, steps.create_model(tau_config, task), task, mesh)
+    evaluator = evaluation.Evaluator(
+        tau_config, steps.create_model(tau_config, task), task, mesh
+    )
     result, _ = evaluator.evaluate(params, split, beam_size)
-    row = {'tau': tau, 'checkpoint_step': step, 'beam_size': beam_size,
-           'split': 'test' if task.test is not None else 'validation',
-           **{k: result[k] for k in ('bleu', 'avg_window', 'avg_window_fraction',
-                                     'decode_ms_per_sentence', 'num_sentences')}}
+    row = {
+        'tau': tau,
+        'checkpoint_step': step,
+        'beam_size': beam_size,
+        'split': 'test' if task.test is not None else 'validation',
+        **{
+            k: result[k]
+            for k in (
+                'bleu',
+                'avg_window',
+                'avg_window_fraction',
+                'decode_ms_per_sentence',
+                'num_sentences',
+            )
+        },
+    }
     rows.append(row)
-    logging.info('tau %s: BLEU %.2f | avg window %.2f (%.1f%% of the source) | %.2f ms/sentence',
-                 tau, row['bleu'], row['avg_window'], 100 * row['avg_window_fraction'],
-                 row['decode_ms_per_sentence'])
+    logging.info(
+        'tau %s: BLEU %.2f | avg window %.2f (%.1f%% of the source) | %.2f ms/sentence',
+        tau,
+        row['bleu'],
+        row['avg_window'],
+        100 * row['avg_window_fraction'],
+        row['decode_ms_per_sentence'],
+    )
   path = os.path.join(workdir, 'tau_sweep.json')
   earlier = runs_lib.load_run(workdir).tau_sweep or []
   taus = {float(row['tau']) for row in rows}
-  rows += [row for row in earlier
-           if row['checkpoint_step'] == step and float(row['tau']) not in taus]
+  rows += [
+      row
+      for row in earlier
+      if row['checkpoint_step'] == step and float(row['tau']) not in taus
+  ]
   rows.sort(key=lambda row: float(row['tau']))
   writers.write_json(path, {'rows': rows})
   return rows
 
 
-def write_plots(workdirs: Sequence[str], rows: Sequence[Dict], directory: str,
-                root=None) -> List[str]:
+def write_plots(
+    workdirs: Sequence[str], rows: Sequence[Dict], directory: str, root=None
+) -> List[str]:
   """learning_curves.png; memory runs: bleu_vs_K.png and decode_s_vs_K.png (one line per L
   and position encoding, the other models as horizontal lines);
-  runs with a tau sweep: tau_tradeoff.png (the other runs as points). -> paths written."""
+  runs with a tau sweep: tau_tradeoff.png (the other runs as points). -> paths written.
+  """
   os.makedirs(directory, exist_ok=True)
   runs = [runs_lib.load_run(w) for w in workdirs]
   if root:
-    for run in runs:   # legends name runs by their path under the root ('L20/memory_k4')
+    for (
+        run
+    ) in (
+        runs
+    ):  # legends name runs by their path under the root ('L20/memory_k4')
       run.label = os.path.relpath(run.workdir, root)
   written = []
 
@@ -208,15 +310,22 @@ def write_plots(workdirs: Sequence[str], rows: Sequence[Dict], directory: str,
     written.append(path)
 
   save(plots.plot_learning_curves(runs), 'learning_curves.png')
-  memory = [r for r in rows if r['K'] is not None]   # the kinds with K memory slots
-  if memory:   # the other models of the same lengths as horizontal lines
+  # the kinds with K memory slots
+  memory = [r for r in rows if r['K'] is not None]
+  if memory:  # the other models of the same lengths as horizontal lines
     lengths = {r['L'] for r in memory}
     others = [r for r in rows if r['K'] is None and r['L'] in lengths]
     for y in ('bleu', 'decode_s'):
-      save(plots.plot_results(memory, 'K', y, ('L', 'PE'), logx=True, baselines=others),
-           f'{y}_vs_K.png')
+      save(
+          plots.plot_results(
+              memory, 'K', y, ('L', 'PE'), logx=True, baselines=others
+          ),
+          f'{y}_vs_K.png',
+      )
   swept = [r for r in runs if r.tau_sweep]
   if swept:
-    save(plots.plot_tau_tradeoff(swept, [r for r in runs if not r.tau_sweep]),
-         'tau_tradeoff.png')
+    save(
+        plots.plot_tau_tradeoff(swept, [r for r in runs if not r.tau_sweep]),
+        'tau_tradeoff.png',
+    )
   return written

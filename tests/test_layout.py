@@ -1,0 +1,133 @@
+"""The shape of the package: imports flow one way, kinds live in one place, files stay small."""
+
+import ast
+import glob
+import os
+import re
+import sys
+
+import pytest
+
+from nmt_jax import attention
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+PACKAGE = os.path.join(ROOT, 'nmt_jax')
+# Imported inside functions on purpose: optional extras, or slow to import
+# for a rarely used feature (nltk: 1 s for RIBES, sacremoses: 0.3 s).
+LAZY_IMPORTS = {'matplotlib', 'tensorflow_datasets', 'nltk', 'sacremoses'}
+MAX_LINES = 450
+
+
+def module_files():
+  return sorted(glob.glob(os.path.join(PACKAGE, '**', '*.py'), recursive=True))
+
+
+def module_name(path):
+  relative = os.path.relpath(path, ROOT)[: -len('.py')].split(os.sep)
+  return '.'.join(relative[:-1] if relative[-1] == '__init__' else relative)
+
+
+def parse(path):
+  with open(path, encoding='utf-8') as f:
+    return ast.parse(f.read(), path)
+
+
+def imported_modules(tree, known):
+  """The nmt_jax modules a module imports (anywhere in it)."""
+  found = set()
+  for node in ast.walk(tree):
+    if isinstance(node, ast.Import):
+      found.update(a.name for a in node.names if a.name.startswith('nmt_jax'))
+    elif isinstance(node, ast.ImportFrom) and (node.module or '').startswith(
+        'nmt_jax'
+    ):
+      for alias in node.names:
+        submodule = f'{node.module}.{alias.name}'
+        found.add(submodule if submodule in known else node.module)
+  return found
+
+
+def test_the_import_graph_has_no_cycle():
+  known = {module_name(p) for p in module_files()}
+  graph = {module_name(p): imported_modules(parse(p), known) for p in module_files()}
+  assert graph['nmt_jax.train'] >= {'nmt_jax.steps', 'nmt_jax.evaluation'}
+  visiting, done = [], set()
+
+  def visit(module):
+    if module in done:
+      return
+    assert module not in visiting, ' -> '.join(visiting + [module])
+    visiting.append(module)
+    for other in sorted(graph.get(module, ())):
+      visit(other)
+    visiting.pop()
+    done.add(module)
+
+  for module in sorted(graph):
+    visit(module)
+
+
+def test_imports_are_at_module_level():
+  lazy = []
+  for path in module_files():
+    tree = parse(path)
+    for function in ast.walk(tree):
+      if not isinstance(function, (ast.FunctionDef, ast.AsyncFunctionDef)):
+        continue
+      for node in ast.walk(function):
+        if isinstance(node, ast.Import):
+          names = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+          names = [node.module or '']
+        else:
+          continue
+        for name in names:
+          if name.split('.')[0] not in LAZY_IMPORTS:
+            lazy.append(f'{os.path.relpath(path, ROOT)}:{node.lineno} {name}')
+  assert not lazy
+
+
+def test_no_module_shadows_the_standard_library():
+  names = {os.path.basename(p)[: -len('.py')] for p in module_files()}
+  names |= {os.path.basename(os.path.dirname(p)) for p in module_files()}
+  assert not names & set(sys.stdlib_module_names)
+
+
+def test_no_file_is_over_the_line_limit():
+  long = {}
+  for path in module_files():
+    with open(path, encoding='utf-8') as f:
+      count = len(f.read().splitlines())
+    if count > MAX_LINES:
+      long[os.path.relpath(path, ROOT)] = count
+  assert not long
+
+
+def test_no_kind_name_outside_its_module():
+  """Outside nmt_jax/attention/, kinds are reached through the registry only."""
+  kinds = set(attention.kinds()) - {'none'}  # 'none' is a value of other fields
+  assert {'global', 'memory', 'flexible', 'local_m', 'local_p'} <= kinds
+  found = []
+  for path in module_files():
+    if os.sep + 'attention' + os.sep in path:
+      continue
+    for node in ast.walk(parse(path)):
+      if isinstance(node, ast.Constant) and node.value in kinds:
+        found.append(f'{os.path.relpath(path, ROOT)}:{node.lineno} {node.value!r}')
+  assert not found
+
+
+@pytest.mark.parametrize('pattern', ['**/*.py', '**/*.md', '**/*.sh', '**/*.ipynb',
+                                     '*.cfg', '*.toml', '.ci/run'])
+def test_no_reference_to_documents_outside_the_repository(pattern):
+  outside = re.compile(r'\b(SPEC|API_NOTES|FORMULAS|USERS|STYLE)(\.md)?\s*§|'
+                       r'API_NOTES|FORMULAS\.md|\.\./shared|peers/opennmt')
+  found = []
+  for path in glob.glob(os.path.join(ROOT, pattern), recursive=True):
+    if '.venv' in path or path == os.path.abspath(__file__):
+      continue
+    with open(path, encoding='utf-8') as f:
+      for number, line in enumerate(f, 1):
+        if outside.search(line):
+          found.append(f'{os.path.relpath(path, ROOT)}:{number}')
+  assert not found
