@@ -13,7 +13,6 @@ from typing import Any, Dict, Optional, Tuple
 
 import grain
 import jax
-import numpy as np
 import orbax.checkpoint as ocp
 
 from nmt_jax.errors import CheckpointError
@@ -193,7 +192,3 @@ def has_checkpoints(workdir: str) -> bool:
   return os.path.isdir(directory) and any(
       name.isdigit() for name in os.listdir(directory)
   )
-
-
-def as_numpy(tree):
-  return jax.tree_util.tree_map(np.asarray, tree)

@@ -9,7 +9,7 @@ import dataclasses
 import functools
 import math
 import time
-from typing import Any, Callable, Dict, List
+from typing import Any, Callable, Dict
 
 from absl import logging
 import jax
@@ -34,13 +34,22 @@ class Setup:
 
   config: Any  # resolved
   task: dataset.Task
-  boundaries: List[int]
-  batches: batching.TrainBatches
+  batches: batching.TrainBatches  # .boundaries: the bucket lengths
   model: Any  # models.Seq2Seq
   optimizer: Any
   schedule: Callable  # step -> learning rate
   mesh: Any
   state: steps.TrainState  # step 0, replicated on the mesh
+
+  def step_fn(self, axis_name=None):
+    """steps.train_step(state, batch) with this run's model, optimizer, config."""
+    return functools.partial(
+        steps.train_step,
+        model=self.model,
+        optimizer=self.optimizer,
+        config=self.config,
+        axis_name=axis_name,
+    )
 
 
 def make_mesh(config):
@@ -68,27 +77,16 @@ def build(config, workdir=None, mesh=None) -> Setup:
   """
   mesh = mesh or make_mesh(config)
   task = data.load_task(config.data, config.seed, workdir, build_vocab=True)
-  boundaries = batching.bucket_boundaries(
-      task.max_length, config.data.num_buckets
-  )
-  sizes = batching.batch_sizes(
-      boundaries,
-      config.train.batch_size,
-      config.data.batch_tokens,
-      mesh.devices.size,
-  )
-  batches = batching.TrainBatches(task.train, sizes, boundaries, config.seed)
+  batches = batching.training_batches(task, config, mesh.devices.size)
   model = steps.create_model(config, task)
   optimizer, schedule = steps.create_optimizer(
       config.train, batches.num_batches
   )
-  sample = batching.dummy_batch(1, boundaries[0])
+  sample = batching.dummy_batch(1, batches.boundaries[0])
   state = steps.init_state(
       config, model, optimizer, parallel.replicated(mesh), sample
   )
-  return Setup(
-      config, task, boundaries, batches, model, optimizer, schedule, mesh, state
-  )
+  return Setup(config, task, batches, model, optimizer, schedule, mesh, state)
 
 
 def prepare(config, workdir: str) -> dataset.Task:
@@ -158,14 +156,7 @@ def train_and_evaluate(config, workdir: str) -> Dict[str, Any]:
     writer = writers.MetricWriter(workdir, enabled=lead)
     evaluator = evaluation.Evaluator(config, setup.model, task, mesh)
     train_step = parallel.data_parallel_step(
-        functools.partial(
-            steps.train_step,
-            model=setup.model,
-            optimizer=setup.optimizer,
-            config=config,
-        ),
-        config.parallel.mode,
-        mesh,
+        setup.step_fn(), config.parallel.mode, mesh
     )
     _log_batch(config, batches, mesh)
 

@@ -9,7 +9,6 @@ unless --no_dropout.
 """
 
 import argparse
-import functools
 import os
 import sys
 
@@ -21,7 +20,6 @@ import numpy as np  # pylint: disable=g-import-not-at-top
 from nmt_jax import checkpoint  # pylint: disable=g-import-not-at-top
 from nmt_jax import default_config  # pylint: disable=g-import-not-at-top
 from nmt_jax import parallel  # pylint: disable=g-import-not-at-top
-from nmt_jax import steps  # pylint: disable=g-import-not-at-top
 from nmt_jax import train  # pylint: disable=g-import-not-at-top
 from nmt_jax import validation  # pylint: disable=g-import-not-at-top
 
@@ -42,14 +40,7 @@ def main():
   config.model.dropout = 0.0 if args.no_dropout else 0.2
   setup = train.build(validation.resolve(config))
   runner = parallel.data_parallel_step(
-      functools.partial(
-          steps.train_step,
-          model=setup.model,
-          optimizer=setup.optimizer,
-          config=setup.config,
-      ),
-      config.parallel.mode,
-      setup.mesh,
+      setup.step_fn(), config.parallel.mode, setup.mesh
   )
   rows = parallel.process_rows(config.train.batch_size, setup.mesh)
 

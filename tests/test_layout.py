@@ -49,7 +49,9 @@ def imported_modules(tree, known):
 
 def test_the_import_graph_has_no_cycle():
   known = {module_name(p) for p in module_files()}
-  graph = {module_name(p): imported_modules(parse(p), known) for p in module_files()}
+  graph = {
+      module_name(p): imported_modules(parse(p), known) for p in module_files()
+  }
   assert graph['nmt_jax.train'] >= {'nmt_jax.steps', 'nmt_jax.evaluation'}
   visiting, done = [], set()
 
@@ -113,15 +115,29 @@ def test_no_kind_name_outside_its_module():
       continue
     for node in ast.walk(parse(path)):
       if isinstance(node, ast.Constant) and node.value in kinds:
-        found.append(f'{os.path.relpath(path, ROOT)}:{node.lineno} {node.value!r}')
+        found.append(
+            f'{os.path.relpath(path, ROOT)}:{node.lineno} {node.value!r}'
+        )
   assert not found
 
 
-@pytest.mark.parametrize('pattern', ['**/*.py', '**/*.md', '**/*.sh', '**/*.ipynb',
-                                     '*.cfg', '*.toml', '.ci/run'])
+@pytest.mark.parametrize(
+    'pattern',
+    [
+        '**/*.py',
+        '**/*.md',
+        '**/*.sh',
+        '**/*.ipynb',
+        '*.cfg',
+        '*.toml',
+        '.ci/run',
+    ],
+)
 def test_no_reference_to_documents_outside_the_repository(pattern):
-  outside = re.compile(r'\b(SPEC|API_NOTES|FORMULAS|USERS|STYLE)(\.md)?\s*§|'
-                       r'API_NOTES|FORMULAS\.md|\.\./shared|peers/opennmt')
+  outside = re.compile(
+      r'\b(SPEC|API_NOTES|FORMULAS|USERS|STYLE)(\.md)?\s*§|'
+      r'API_NOTES|FORMULAS\.md|\.\./shared|peers/opennmt'
+  )
   found = []
   for path in glob.glob(os.path.join(ROOT, pattern), recursive=True):
     if '.venv' in path or path == os.path.abspath(__file__):

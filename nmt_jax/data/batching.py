@@ -166,6 +166,21 @@ class TrainBatches:
     return make_batch(self.split, examples, length)
 
 
+def training_batches(task: dataset.Task, config, devices: int = 1):
+  """The TrainBatches of `task` as config.data and config.train say.
+
+  `devices`: batches by tokens hold a multiple of this many sentences.
+  """
+  boundaries = bucket_boundaries(task.max_length, config.data.num_buckets)
+  sizes = batch_sizes(
+      boundaries,
+      config.train.batch_size,
+      config.data.batch_tokens,
+      devices,
+  )
+  return TrainBatches(task.train, sizes, boundaries, config.seed)
+
+
 def train_iterator(
     batches: TrainBatches, num_steps: int, rows=slice(None), prefetch: int = 4
 ):

@@ -121,18 +121,10 @@ def bench_train(
   config = validation.resolve(config)
   setup = train.build(config, workdir)
   state, batches, mesh = setup.state, setup.batches, setup.mesh
-  step_fn = jax.jit(
-      functools.partial(
-          steps.train_step,
-          model=setup.model,
-          optimizer=setup.optimizer,
-          config=config,
-      ),
-      donate_argnums=0,
-  )
+  step_fn = jax.jit(setup.step_fn(), donate_argnums=0)
   samples = [
       parallel.shard_batch(batching.dummy_batch(rows, length), mesh)
-      for length, rows in zip(setup.boundaries, batches.sizes)
+      for length, rows in zip(batches.boundaries, batches.sizes)
   ]
   # Every bucket shape, ahead of time (donated state: compile only).
   executables, compile_s = timing.compile_by_shape(
@@ -177,7 +169,7 @@ def bench_train(
       'padded_tokens_per_sec': median[2] / median[0],
       'step_ms': 1000 * median[0] / num_steps,
       'compile_s': compile_s,
-      'compile_buckets': len(setup.boundaries),
+      'compile_buckets': len(batches.boundaries),
       'peak_rss_mb': peak_rss_mb(),
       'dense_gflops_per_sec': gflops,
       'matmul_gflops_per_sec': rate,

@@ -110,17 +110,8 @@ def bench_data(
     pairs = (
         len(task.train) + len(task.eval) + (len(task.test) if task.test else 0)
     )
-    boundaries = batching.bucket_boundaries(
-        task.max_length, config.data.num_buckets
-    )
     mesh = parallel.make_mesh(config.parallel.mesh_shape)
-    sizes = batching.batch_sizes(
-        boundaries,
-        config.train.batch_size,
-        config.data.batch_tokens,
-        mesh.devices.size,
-    )
-    batches = batching.TrainBatches(task.train, sizes, boundaries, config.seed)
+    batches = batching.training_batches(task, config, mesh.devices.size)
     iterator = batching.train_iterator(batches, steps + 1)
     next(iterator)  # thread start-up and the first epoch's shuffle
     start = time.perf_counter()
