@@ -57,17 +57,15 @@ class Checkpoints:
         create=create,
         enable_async_checkpointing=True,
         # Keep the newest `keep` (resume never goes back in time) and the best by BLEU.
-        preservation_policy=policies.AnyPreservationPolicy(
-            [
-                policies.LatestN(keep),
-                policies.BestN(
-                    get_metric_fn=lambda m: m['bleu'],
-                    reverse=False,
-                    n=1,
-                    keep_checkpoints_without_metrics=False,
-                ),
-            ]
-        ),
+        preservation_policy=policies.AnyPreservationPolicy([
+            policies.LatestN(keep),
+            policies.BestN(
+                get_metric_fn=lambda m: m['bleu'],
+                reverse=False,
+                n=1,
+                keep_checkpoints_without_metrics=False,
+            ),
+        ]),
         best_fn=lambda m: m['bleu'],
         best_mode='max',
     )
@@ -134,9 +132,10 @@ class Checkpoints:
     for name in sorted(set(stored) | set(wanted)):
       if stored.get(name) != wanted.get(name):
         raise CheckpointError(
-            f'checkpoint {self.directory}/{step} does not match {what}: {name} has shape '
-            f'{stored.get(name, "(absent)")} there but {wanted.get(name, "(absent)")} here; '
-            'use the config the workdir was trained with (its config.json) or a new --workdir'
+            f'checkpoint {self.directory}/{step} does not match {what}: {name}'
+            f' has shape {stored.get(name, "(absent)")} there but'
+            f' {wanted.get(name, "(absent)")} here; use the config the workdir'
+            ' was trained with (its config.json) or a new --workdir'
         )
 
   def restore(

@@ -48,8 +48,9 @@ _DISTRIBUTED = flags.DEFINE_enum(
     'distributed',
     'auto',
     ['auto', 'on', 'off'],
-    'Join a multi-process run with jax.distributed: auto = when the coordinator flags are given '
-    'or a multi-process SLURM job or TPU pod is detected; on = always (JAX detects the cluster).',
+    'Join a multi-process run with jax.distributed: auto = when the coordinator'
+    ' flags are given or a multi-process SLURM job or TPU pod is detected; on ='
+    ' always (JAX detects the cluster).',
 )
 _COORDINATOR = flags.DEFINE_string(
     'coordinator_address',
@@ -65,8 +66,9 @@ _PROCESS_ID = flags.DEFINE_integer(
 _LOCAL_DEVICE_IDS = flags.DEFINE_list(
     'local_device_ids',
     None,
-    'Multi-process: the local accelerators this process drives '
-    '(e.g. 0,1,2,3 for one process per node under SLURM, where JAX defaults to one per process).',
+    'Multi-process: the local accelerators this process drives (e.g. 0,1,2,3'
+    ' for one process per node under SLURM, where JAX defaults to one per'
+    ' process).',
 )
 _DISTRIBUTED_TIMEOUT = flags.DEFINE_integer(
     'distributed_timeout',
@@ -82,13 +84,9 @@ def multi_process_cluster() -> bool:
   if int(os.environ.get('SLURM_STEP_NUM_TASKS', '1') or 1) > 1:
     return True
   return (
-      len(
-          [
-              h
-              for h in os.environ.get('TPU_WORKER_HOSTNAMES', '').split(',')
-              if h
-          ]
-      )
+      len([
+          h for h in os.environ.get('TPU_WORKER_HOSTNAMES', '').split(',') if h
+      ])
       > 1
   )
 
@@ -107,7 +105,8 @@ def maybe_initialize_distributed():
   if local_device_ids is not None:
     if not all(i.isdigit() for i in local_device_ids):
       _fail(
-          f'--local_device_ids={",".join(local_device_ids)} must be device numbers, e.g. 0,1,2,3'
+          f'--local_device_ids={",".join(local_device_ids)} must be device'
+          ' numbers, e.g. 0,1,2,3'
       )
     local_device_ids = [int(i) for i in local_device_ids]
   parallel.initialize_distributed(
@@ -157,8 +156,9 @@ def parse_flags(argv):
       path = arg[len('--config=') :].split(':')[0]
       if not os.path.isfile(path):
         _fail(
-            f'config file {path} does not exist (run from the repository root, or give the '
-            'path of a config file, e.g. --config=configs/global_general.py)'
+            f'config file {path} does not exist (run from the repository root,'
+            ' or give the path of a config file, e.g.'
+            ' --config=configs/global_general.py)'
         )
   try:
     return flags.FLAGS(argv)
@@ -167,15 +167,14 @@ def parse_flags(argv):
         str(e).strip('"\'').replace('\\n', ' ').replace("\\'", "'").split()
     )
     _fail(
-        f'unknown config field in a --config override: {detail} '
-        '(every field is listed in nmt_jax/default_config.py and, for model.attention, '
-        'in the kinds of nmt_jax/attention/)'
+        f'unknown config field in a --config override: {detail} (every field is'
+        ' listed in nmt_jax/default_config.py and, for model.attention, in the'
+        ' kinds of nmt_jax/attention/)'
     )
   except OSError as e:  # config file missing or failing to import
     _fail(
         ' '.join(str(e).split())
-        + ' (run from the repository root, or give the path of a '
-        'config file)'
+        + ' (run from the repository root, or give the path of a config file)'
     )
   except (flags.Error, ValueError, TypeError) as e:
     lines = str(e).strip().splitlines()
@@ -201,8 +200,8 @@ def main(argv):
   except KeyboardInterrupt:
     # Checkpoints were closed on the way out; the same command resumes.
     print(
-        f'interrupted; run the same command again to resume from the last checkpoint in '
-        f'{_WORKDIR.value}',
+        'interrupted; run the same command again to resume from the last'
+        f' checkpoint in {_WORKDIR.value}',
         file=sys.stderr,
     )
     sys.exit(130)

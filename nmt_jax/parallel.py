@@ -80,9 +80,10 @@ def initialize_distributed(
   def give_up():
     # JAX's own timeout aborts the process with a C++ stack trace; say why first, and exit.
     print(
-        f'error: the distributed run at {where} did not form within {timeout_seconds}s '
-        '(coordinator unreachable or a process missing); start all processes with the same '
-        '--coordinator_address and --num_processes, and check the host, port and firewall',
+        f'error: the distributed run at {where} did not form within'
+        f' {timeout_seconds}s (coordinator unreachable or a process missing);'
+        ' start all processes with the same --coordinator_address and'
+        ' --num_processes, and check the host, port and firewall',
         file=sys.stderr,
         flush=True,
     )
@@ -134,8 +135,9 @@ def make_mesh(mesh_shape: Sequence[int] = (-1,)) -> Mesh:
     )
   if shape[0] not in (-1, len(devices)):
     raise ConfigError(
-        f'config: parallel.mesh_shape={shape} does not match the {len(devices)} devices '
-        f'({jax.process_count()} process(es)); use ({len(devices)},) or (-1,)'
+        f'config: parallel.mesh_shape={shape} does not match the {len(devices)}'
+        f' devices ({jax.process_count()} process(es)); use ({len(devices)},)'
+        ' or (-1,)'
     )
   ordered = sorted(devices, key=lambda d: (d.process_index, d.id))
   # Mesh(...) has Auto axes; jax.make_mesh defaults to Explicit axes, under
@@ -155,8 +157,8 @@ def check_divisible(batch_size: int, mesh: Mesh, field: str):
   devices = mesh.devices.size
   if batch_size % devices:
     raise ConfigError(
-        f'config: {field}={batch_size} is not divisible by the {devices} devices; '
-        f'use a multiple of {devices} (--config.{field}=...)'
+        f'config: {field}={batch_size} is not divisible by the {devices}'
+        f' devices; use a multiple of {devices} (--config.{field}=...)'
     )
 
 

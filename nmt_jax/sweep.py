@@ -38,7 +38,8 @@ COMMANDS = ('run', 'aggregate', 'tau')
 _CONFIG = config_flags.DEFINE_config_file(
     'config',
     None,
-    'run: the config of a --grid sweep; tau: the config of the trained workdir.',
+    'run: the config of a --grid sweep; tau: the config of the trained'
+    ' workdir.',
     lock_config=True,
 )
 _SWEEP = flags.DEFINE_string(
@@ -55,7 +56,7 @@ _SET = flags.DEFINE_multi_string(
 _ROOT = flags.DEFINE_string(
     'root',
     None,
-    "run: parent of the runs' workdirs; aggregate: " 'every workdir below it.',
+    "run: parent of the runs' workdirs; aggregate: every workdir below it.",
 )
 _ONLY = flags.DEFINE_list(
     'only',
@@ -97,7 +98,7 @@ _PIVOT = flags.DEFINE_string(
 _PIVOT_VALUES = flags.DEFINE_list(
     'pivot_values',
     ['bleu', 'decode_s'],
-    'aggregate: the columns ' 'shown under each value of --pivot.',
+    'aggregate: the columns shown under each value of --pivot.',
 )
 _PLOTS = flags.DEFINE_string(
     'plots',
@@ -154,8 +155,9 @@ def main(argv):
       failed = sweep.run_sweep(runs, _ROOT.value, _DRY_RUN.value, _MODE.value)
       if failed:
         print(
-            f'error: {len(failed)} of {len(runs)} runs failed: {", ".join(failed)} '
-            f'(logs in {_ROOT.value}/logs/; re-run the same command to retry them)',
+            f'error: {len(failed)} of {len(runs)} runs failed:'
+            f' {", ".join(failed)} (logs in {_ROOT.value}/logs/; re-run the'
+            ' same command to retry them)',
             file=sys.stderr,
         )
         sys.exit(1)
@@ -206,8 +208,7 @@ def main(argv):
         taus = [float(t) for t in _TAUS.value]
       except ValueError:
         raise errors.ConfigError(
-            f'--taus={",".join(_TAUS.value)} must be numbers '
-            '(inf = no pruning)'
+            f'--taus={",".join(_TAUS.value)} must be numbers (inf = no pruning)'
         ) from None
       sweep.tau_sweep(_CONFIG.value, _WORKDIR.value, taus, _BEAM.value)
   except errors.UserError as e:

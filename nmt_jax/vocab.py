@@ -58,8 +58,8 @@ class Vocab:
       else:
         where = f' on line {line}' if line else ''
         raise VocabError(
-            f'token {token!r}{where} is not in the vocabulary ({self.describe()}); '
-            'use only those tokens, separated by spaces'
+            f'token {token!r}{where} is not in the vocabulary'
+            f' ({self.describe()}); use only those tokens, separated by spaces'
         )
     return ids + [EOS]
 
@@ -133,8 +133,8 @@ class SentencePieceVocab:
     ]
     if tuple(self.tokens[: len(SPECIALS)]) != SPECIALS:
       raise VocabError(
-          'this SentencePiece model does not reserve ids 0-3 for <pad> <s> </s> '
-          '<unk>; build the vocabulary with nmt_jax (--mode=prepare)'
+          'this SentencePiece model does not reserve ids 0-3 for <pad> <s> </s>'
+          ' <unk>; build the vocabulary with nmt_jax (--mode=prepare)'
       )
 
   def __len__(self):

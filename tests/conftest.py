@@ -20,15 +20,13 @@ jax.config.update('jax_persistent_cache_min_compile_time_secs', 0.5)
 
 def subprocess_env():
   env = dict(os.environ)
-  env.update(
-      {
-          'JAX_DISABLE_MOST_OPTIMIZATIONS': '1',
-          'JAX_COMPILATION_CACHE_DIR': CACHE_DIR,
-          'JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS': '0.5',
-          'JAX_PLATFORMS': 'cpu',
-          'PYTHONUNBUFFERED': '1',
-      }
-  )
+  env.update({
+      'JAX_DISABLE_MOST_OPTIMIZATIONS': '1',
+      'JAX_COMPILATION_CACHE_DIR': CACHE_DIR,
+      'JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS': '0.5',
+      'JAX_PLATFORMS': 'cpu',
+      'PYTHONUNBUFFERED': '1',
+  })
   return env
 
 

@@ -311,7 +311,7 @@ def test_tfds_unprepared_dataset_says_what_to_run(tmp_path):
   config = tfds_config(tfds_data_dir=str(tmp_path / 'tfds'))
   with pytest.raises(
       DataError,
-      match='is not prepared .* run the same command with ' '--mode=prepare',
+      match='is not prepared .* run the same command with --mode=prepare',
   ):
     data.load_task(config.data, 0, str(tmp_path / 'run'), build_vocab=True)
 

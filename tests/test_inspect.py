@@ -219,20 +219,18 @@ def test_result_row_from_hand_written_workdir(tmp_path):
   workdir = tmp_path / 'w'
   workdir.mkdir()
   (workdir / 'config.json').write_text(
-      json.dumps(
-          {
-              'data': {'name': 'copy', 'max_length': 50},
-              'model': {
-                  'hidden_size': 8,
-                  'attention': {
-                      'kind': 'global',
-                      'score': 'concat',
-                      'num_memory': 64,
-                      'position_encoding': 'none',
-                  },
+      json.dumps({
+          'data': {'name': 'copy', 'max_length': 50},
+          'model': {
+              'hidden_size': 8,
+              'attention': {
+                  'kind': 'global',
+                  'score': 'concat',
+                  'num_memory': 64,
+                  'position_encoding': 'none',
               },
-          }
-      )
+          },
+      })
   )
   records = [
       {'step': 1, 'split': 'train', 'loss': 3.0, 'tokens_per_sec': 10.0},
@@ -253,14 +251,12 @@ def test_result_row_from_hand_written_workdir(tmp_path):
       ''.join(json.dumps(r) + '\n' for r in records)
   )
   (workdir / 'eval_results.json').write_text(
-      json.dumps(
-          {
-              'bleu': 41.5,
-              'decode_ms_per_sentence': 2.5,
-              'num_sentences': 400,
-              'beam_size': 10,
-          }
-      )
+      json.dumps({
+          'bleu': 41.5,
+          'decode_ms_per_sentence': 2.5,
+          'num_sentences': 400,
+          'beam_size': 10,
+      })
   )
   (row,) = runs_lib.results_table([str(workdir)])
   assert row['decode_s'] == pytest.approx(1.0)

@@ -70,19 +70,25 @@ def test_tpu_pod_run_starts_every_worker_with_the_exact_command():
     [
         (
             'create',
-            'gcloud compute tpus tpu-vm create nmt --zone=z --accelerator-type=v4-32 '
-            '--version=tpu-ubuntu2204-base',
+            (
+                'gcloud compute tpus tpu-vm create nmt --zone=z'
+                ' --accelerator-type=v4-32 --version=tpu-ubuntu2204-base'
+            ),
         ),
         (
             'stop',
-            'gcloud compute tpus tpu-vm ssh nmt --zone=z --worker=all '
-            "'--command=pkill -INT -f nmt_jax.main || true'",
+            (
+                'gcloud compute tpus tpu-vm ssh nmt --zone=z --worker=all '
+                "'--command=pkill -INT -f nmt_jax.main || true'"
+            ),
         ),
         ('delete', 'gcloud compute tpus tpu-vm delete nmt --zone=z --quiet'),
         (
             'logs',
-            'gcloud compute tpus tpu-vm ssh nmt --zone=z --worker=0 '
-            "'--command=tail -n 200 -f ~/nmt_jax.log'",
+            (
+                'gcloud compute tpus tpu-vm ssh nmt --zone=z --worker=0 '
+                "'--command=tail -n 200 -f ~/nmt_jax.log'"
+            ),
         ),
     ],
 )
@@ -171,7 +177,8 @@ def test_multi_gpu_one_process():
   assert dry_run(
       'multi_gpu.sh', '--gpus=0,1', f'--config={CONFIG}', '--workdir=runs/x'
   ) == [
-      f'env CUDA_VISIBLE_DEVICES=0,1 python -m nmt_jax.main --config={CONFIG} --workdir=runs/x'
+      f'env CUDA_VISIBLE_DEVICES=0,1 python -m nmt_jax.main --config={CONFIG}'
+      ' --workdir=runs/x'
   ]
 
 

@@ -21,26 +21,22 @@ def get_sweep(arg=None):
   runs = []
   for length in (int(x) for x in (arg or '20').split(',')):
     common = {'data.max_length': length, 'decode.beam_size': 10}
-    runs.append(
-        {
-            'name': f'L{length}/no_attention',
-            'config': '../no_attention.py',
-            'overrides': common,
-        }
-    )
+    runs.append({
+        'name': f'L{length}/no_attention',
+        'config': '../no_attention.py',
+        'overrides': common,
+    })
     for k in NUM_MEMORY:
       for pe, suffix in (('none', ''), ('renorm', '_pe')):
-        runs.append(
-            {
-                'name': f'L{length}/memory_k{k}{suffix}',
-                'config': '../memory_k64.py',
-                'overrides': {
-                    **common,
-                    'model.attention.num_memory': k,
-                    'model.attention.position_encoding': pe,
-                },
-            }
-        )
+        runs.append({
+            'name': f'L{length}/memory_k{k}{suffix}',
+            'config': '../memory_k64.py',
+            'overrides': {
+                **common,
+                'model.attention.num_memory': k,
+                'model.attention.position_encoding': pe,
+            },
+        })
     # Not in the paper: its position encodings renormalised to mean 1 instead of sum 1
     # (the paper's version shrinks the encoder logits about |S|-fold), and not
     # renormalised at all (as neulab/xnmt does).
@@ -48,22 +44,18 @@ def get_sweep(arg=None):
         ('renorm_mean1', '_pe_mean1'),
         ('unnormalized', '_pe_unnormalized'),
     ):
-      runs.append(
-          {
-              'name': f'L{length}/memory_k64{suffix}',
-              'config': '../memory_k64.py',
-              'overrides': {
-                  **common,
-                  'model.attention.num_memory': 64,
-                  'model.attention.position_encoding': pe,
-              },
-          }
-      )
-    runs.append(
-        {
-            'name': f'L{length}/global_concat',
-            'config': '../global_concat.py',
-            'overrides': common,
-        }
-    )
+      runs.append({
+          'name': f'L{length}/memory_k64{suffix}',
+          'config': '../memory_k64.py',
+          'overrides': {
+              **common,
+              'model.attention.num_memory': 64,
+              'model.attention.position_encoding': pe,
+          },
+      })
+    runs.append({
+        'name': f'L{length}/global_concat',
+        'config': '../global_concat.py',
+        'overrides': common,
+    })
   return runs

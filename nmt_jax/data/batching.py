@@ -24,12 +24,9 @@ Batch = Dict[str, np.ndarray]
 
 def bucket_boundaries(max_length: int, num_buckets: int) -> List[int]:
   """Padded lengths: num_buckets evenly spaced lengths up to max_length."""
-  return sorted(
-      {
-          math.ceil(max_length * (i + 1) / num_buckets)
-          for i in range(num_buckets)
-      }
-  )
+  return sorted({
+      math.ceil(max_length * (i + 1) / num_buckets) for i in range(num_buckets)
+  })
 
 
 def example_lengths(split: dataset.Split) -> np.ndarray:
@@ -81,9 +78,9 @@ def batch_sizes(
   ]
   if not sizes[-1]:
     raise errors.ConfigError(
-        f'config: data.batch_tokens={batch_tokens} holds no batch of {multiple} sentence(s) of the '
-        f'longest bucket ({boundaries[-1]} tokens); use at least {boundaries[-1] * multiple} '
-        '(--config.data.batch_tokens=...)'
+        f'config: data.batch_tokens={batch_tokens} holds no batch of {multiple}'
+        f' sentence(s) of the longest bucket ({boundaries[-1]} tokens); use at'
+        f' least {boundaries[-1] * multiple} (--config.data.batch_tokens=...)'
     )
   return sizes
 

@@ -25,8 +25,9 @@ def read_lines(path: str) -> List[str]:
   """The lines of a UTF-8 file; errors name the file (and line)."""
   if not os.path.isfile(path):
     raise DataError(
-        f'{path} does not exist; text corpora need <prefix>.train.<lang>, '
-        '<prefix>.dev.<lang> (and optionally <prefix>.test.<lang>) for both languages'
+        f'{path} does not exist; text corpora need <prefix>.train.<lang>,'
+        ' <prefix>.dev.<lang> (and optionally <prefix>.test.<lang>) for both'
+        ' languages'
     )
   with open(path, 'rb') as f:
     raw = f.read().split(b'\n')
@@ -40,8 +41,8 @@ def read_lines(path: str) -> List[str]:
       lines.append(line.decode('utf-8').rstrip('\r'))
     except UnicodeDecodeError as e:
       raise DataError(
-          f'{path}:{number}: invalid UTF-8 (byte {e.start}); convert the file to '
-          'UTF-8 (e.g. iconv -f latin1 -t utf-8)'
+          f'{path}:{number}: invalid UTF-8 (byte {e.start}); convert the file'
+          ' to UTF-8 (e.g. iconv -f latin1 -t utf-8)'
       ) from None
   return lines
 

@@ -38,8 +38,9 @@ def tfds_builder(data_config):
   builder_name, _, config_name = name.partition('/')
   if builder_name not in TFDS_MODULES or not config_name:
     raise DataError(
-        f'data.name={data_config.name!r}: use tfds:<builder>/<config> with builder one '
-        f'of {", ".join(TFDS_MODULES)}, e.g. tfds:wmt17_translate/de-en'
+        f'data.name={data_config.name!r}: use tfds:<builder>/<config> with'
+        f' builder one of {", ".join(TFDS_MODULES)}, e.g.'
+        ' tfds:wmt17_translate/de-en'
     )
   importlib.import_module(
       f'tensorflow_datasets.translate.{TFDS_MODULES[builder_name]}'
@@ -54,9 +55,10 @@ def tfds_builder(data_config):
   wanted = (data_config.source_lang, data_config.target_lang)
   if set(wanted) != set(pair):
     raise DataError(
-        f'{builder_name}/{config_name} has the languages {pair[0]} and {pair[1]}, not '
-        f'{wanted[0]}->{wanted[1]}; set --config.data.source_lang and '
-        '--config.data.target_lang to those two (in either order)'
+        f'{builder_name}/{config_name} has the languages {pair[0]} and'
+        f' {pair[1]}, not {wanted[0]}->{wanted[1]}; set'
+        ' --config.data.source_lang and --config.data.target_lang to those two'
+        ' (in either order)'
     )
   data_dir = data_config.tfds_data_dir or None
   return (
@@ -85,8 +87,8 @@ def prepare(data_config):
   except Exception as e:  # pylint: disable=broad-except  (network, missing manual files, ...)
     first = (str(e).strip().splitlines() or [type(e).__name__])[0][:300]
     raise DataError(
-        f'could not prepare {name} ({first}); without network, download its files '
-        'elsewhere and place them in --config.data.tfds_manual_dir'
+        f'could not prepare {name} ({first}); without network, download its'
+        ' files elsewhere and place them in --config.data.tfds_manual_dir'
     ) from None
 
 
@@ -108,7 +110,8 @@ def load_task(data_config, workdir: Optional[str], build_missing: bool):
       if split == 'test':
         continue
       raise DataError(
-          f'{name} has no {tfds_split!r} split (it has {", ".join(sorted(available))})'
+          f'{name} has no {tfds_split!r} split (it has'
+          f' {", ".join(sorted(available))})'
       )
     try:
       source = tfds.data_source(
@@ -116,8 +119,9 @@ def load_task(data_config, workdir: Optional[str], build_missing: bool):
       )
     except Exception:  # pylint: disable=broad-except  (not prepared, or not as array_record)
       raise DataError(
-          f'{name} is not prepared (as array_record) in {builder.data_dir}; run the '
-          'same command with --mode=prepare first (it downloads the corpus)'
+          f'{name} is not prepared (as array_record) in {builder.data_dir}; run'
+          ' the same command with --mode=prepare first (it downloads the'
+          ' corpus)'
       ) from None
     sources[split] = source
     names[split] = f'{name} {tfds_split}'

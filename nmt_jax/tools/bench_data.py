@@ -136,16 +136,14 @@ def bench_data(
     if train_steps:
       trained = bench.bench_train(config, train_steps, 1, workdir)
       consumed = result['sentences_per_batch'] / (trained['step_ms'] / 1000)
-      result.update(
-          {
-              'train_step_ms': trained['step_ms'],
-              'train_sentences_per_sec': consumed,
-              'train_tokens_per_sec': trained['tokens_per_sec'],
-              'pipeline_over_training': (
-                  result['pipeline_sentences_per_sec'] / consumed
-              ),
-          }
-      )
+      result.update({
+          'train_step_ms': trained['step_ms'],
+          'train_sentences_per_sec': consumed,
+          'train_tokens_per_sec': trained['tokens_per_sec'],
+          'pipeline_over_training': (
+              result['pipeline_sentences_per_sec'] / consumed
+          ),
+      })
     return result
   finally:
     shutil.rmtree(scratch, ignore_errors=True)

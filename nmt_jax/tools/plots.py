@@ -115,7 +115,8 @@ def plot_vision_span(translation: Translation, path: Optional[str] = None):
   plt = _pyplot()
   if 'first' not in translation.extras:
     raise ValueError(
-        f'vision spans exist for flexible attention, not {translation.attention!r}'
+        'vision spans exist for flexible attention, not'
+        f' {translation.attention!r}'
     )
   steps = len(translation.hypothesis)
   fig, (ax, ax_g) = plt.subplots(
@@ -203,8 +204,8 @@ def plot_tau_tradeoff(
   for run in runs:
     if not run.tau_sweep:
       raise ValueError(
-          f'{run.workdir} has no tau_sweep.json; run python -m nmt_jax.sweep tau '
-          f'--config=... --workdir={run.workdir}'
+          f'{run.workdir} has no tau_sweep.json; run python -m nmt_jax.sweep'
+          f' tau --config=... --workdir={run.workdir}'
       )
     rows = sorted(run.tau_sweep, key=lambda r: r['avg_window_fraction'])
     x = [100 * r['avg_window_fraction'] for r in rows]

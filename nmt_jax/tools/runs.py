@@ -269,8 +269,8 @@ def pivot_table(
     cells = models.setdefault(model_label(row, column), {})
     if row[column] in cells:
       raise ValueError(
-          f'runs {cells[row[column]]["run"]} and {row["run"]} are the same model at '
-          f'{column}={row[column]}; aggregate them separately'
+          f'runs {cells[row[column]]["run"]} and {row["run"]} are the same'
+          f' model at {column}={row[column]}; aggregate them separately'
       )
     cells[row[column]] = row
   keys = sorted({row[column] for row in rows}, key=lambda v: (v is None, v))

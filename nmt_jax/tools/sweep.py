@@ -234,7 +234,7 @@ def tau_sweep(
   config = validation.resolve(config)
   if 'tau' not in attention.get(config.model.attention.kind).FIELDS:
     raise errors.ConfigError(
-        f'tau applies to flexible attention, the config has '
+        'tau applies to flexible attention, the config has '
         f'model.attention.kind={config.model.attention.kind!r}; give the '
         'config the workdir was trained with (e.g. configs/flexible.py)'
     )
@@ -266,7 +266,8 @@ def tau_sweep(
     }
     rows.append(row)
     logging.info(
-        'tau %s: BLEU %.2f | avg window %.2f (%.1f%% of the source) | %.2f ms/sentence',
+        'tau %s: BLEU %.2f | avg window %.2f (%.1f%% of the source) | %.2f'
+        ' ms/sentence',
         tau,
         row['bleu'],
         row['avg_window'],
