@@ -1,6 +1,7 @@
 """Speed and memory benchmarks: prints a table and writes JSON.
 
-  python -m nmt_jax.bench train --config=configs/global_general.py:copy50 --threads=1 --json=t.json
+  python -m nmt_jax.bench train --config=configs/global_general.py:copy50 \
+      --threads=1 --json=t.json
   python -m nmt_jax.bench decode --config=configs/memory_k64.py:copy200 \
       --compare=configs/global_concat.py:copy200 --json=d.json
   python -m nmt_jax.bench data --config=configs/memory_k64_pe.py:wmt17_de_en \

@@ -1,4 +1,4 @@
-"""Orbax checkpoints of a workdir: the last few steps plus the best by validation BLEU.
+"""A workdir's Orbax checkpoints: last few steps, best by validation BLEU.
 
 A step directory holds `state` (TrainState: step, params, optimizer state),
 `meta` (JSON: config, vocabulary, validation metrics) and `data` (the Grain
@@ -21,7 +21,10 @@ policies = ocp.checkpoint_managers
 
 
 class _NoMetricsFilter(std_logging.Filter):
-  """Drops Orbax's warning for saves between evaluations (they have no BLEU on purpose)."""
+  """Drops Orbax's warning for saves between evaluations.
+
+  Those saves have no BLEU on purpose.
+  """
 
   def filter(self, record):
     return 'did not provide metrics' not in record.getMessage()
@@ -31,7 +34,10 @@ std_logging.getLogger('absl').addFilter(_NoMetricsFilter())
 
 
 def _path_name(path) -> str:
-  """'opt_state/1/0/count' for a live tree (attributes, tuples) and Orbax metadata (dicts) alike."""
+  """A key path as a name such as 'opt_state/1/0/count'.
+
+  Works for a live tree (attributes, tuples) and Orbax metadata (dicts) alike.
+  """
   parts = []
   for key in path:
     for attribute in ('key', 'name', 'idx'):
@@ -56,7 +62,8 @@ class Checkpoints:
     options = ocp.CheckpointManagerOptions(
         create=create,
         enable_async_checkpointing=True,
-        # Keep the newest `keep` (resume never goes back in time) and the best by BLEU.
+        # Keep the newest `keep` (resume never goes back in time)
+        # and the best by BLEU.
         preservation_policy=policies.AnyPreservationPolicy([
             policies.LatestN(keep),
             policies.BestN(
@@ -109,7 +116,10 @@ class Checkpoints:
     )
 
   def has_data_state(self, step: int) -> bool:
-    """Whether `step` holds this process's data-iterator state (same process count)."""
+    """Whether `step` holds this process's data-iterator state.
+
+    It must have been saved with the same process count.
+    """
     name = f'process_{jax.process_index()}-of-{jax.process_count()}.json'
     return os.path.isfile(os.path.join(self.directory, str(step), 'data', name))
 
@@ -141,7 +151,7 @@ class Checkpoints:
   def restore(
       self, step: int, abstract_state, data_iterator=None
   ) -> Tuple[Any, Dict[str, Any]]:
-    """Restores (state, meta) of `step` onto the shapes/shardings of abstract_state.
+    """Restores (state, meta) of `step` onto abstract_state's shapes/shardings.
 
     `data_iterator` (a Grain iterator) is moved to the saved position when the
     checkpoint has one for this process; the caller checks it against the step.
@@ -159,7 +169,7 @@ class Checkpoints:
   def restore_params(
       self, step: int, abstract_params, sharding, what: str = 'this config'
   ):
-    """The params of `step`, checked against abstract_params, placed with `sharding`.
+    """`step`'s params, checked against abstract_params, placed with `sharding`.
 
     The target is built from the stored shapes, so a checkpoint written on any
     number of devices or processes restores here.
@@ -176,7 +186,10 @@ class Checkpoints:
     return restored.state['params']
 
   def close(self):
-    """Waits for pending saves; always call (an unfinished async save is lost)."""
+    """Waits for pending saves; always call it.
+
+    An unfinished async save is lost.
+    """
     self.manager.wait_until_finished()
     self.manager.close()
 

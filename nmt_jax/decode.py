@@ -236,7 +236,7 @@ def beam_search(
     )
 
   def rows_done(s: BeamState):
-    """[B] True where no live hypothesis can still beat the worst finished one."""
+    """[B] True where no live hypothesis can beat the worst finished one."""
     best_possible = s.live_logp[:, 0] / length_penalty(limits, alpha)
     return (s.fin_scores[:, -1] >= best_possible) | (s.i >= limits)
 
@@ -336,7 +336,8 @@ def beam_search(
   )
   s = jax.lax.while_loop(cond, body, init)
 
-  # A sentence with no finished hypothesis (only if the loop bound cut it) falls back to live ones.
+  # A sentence with no finished hypothesis (only if the loop bound cut it)
+  # falls back to live ones.
   has_finished = s.fin_scores[:, :1] > NEG_INF  # [B, 1]
   nbest_tokens = jnp.where(has_finished[..., None], s.fin_seqs, s.live_seqs)
   nbest_scores = jnp.where(has_finished, s.fin_scores, s.live_logp)
@@ -365,7 +366,7 @@ def beam_search(
 def forced_decode(
     model: models.Seq2Seq, params, source, target_in
 ) -> DecodeOutput:
-  """Teacher-forced decoding (Shu & Nakayama 5.5): every kind runs the same steps.
+  """Teacher-forced decoding (Shu & Nakayama 5.5): all kinds run the same steps.
 
   source [B, S], target_in [B, T] -> argmax tokens and window statistics.
   """
@@ -386,7 +387,7 @@ def make_decode_fn(
     beam_size: Optional[int] = None,
     with_diagnostics: bool = False,
 ):
-  """A jitted fn(params, source) -> DecodeOutput for `beam_size` (1 = greedy)."""
+  """Jitted fn(params, source) -> DecodeOutput for `beam_size` (1 = greedy)."""
   beam_size = decode_config.beam_size if beam_size is None else beam_size
   common = dict(
       ratio=decode_config.max_length_ratio,

@@ -10,12 +10,16 @@ A config file calls `get_config(arg)` and changes what its experiment needs:
 
 `arg` is the text after ':' in `--config=configs/x.py:ARG`. It names a preset:
 
-  ''/None      CPU-sized copy task (L = 20, 128 units): trains in minutes on a laptop.
-  'copyN'      Britz et al. 2017 §4.1 copy setup at L = N (2-layer bi-LSTM encoder, 2-layer
-               decoder, 256 units, batch 128, Adam 1e-4, dropout 0.2, beam 10, up to 200k steps).
+  ''/None      CPU-sized copy task (L = 20, 128 units): trains in minutes
+               on a laptop.
+  'copyN'      Britz et al. 2017 §4.1 copy setup at L = N (2-layer bi-LSTM
+               encoder, 2-layer decoder, 256 units, batch 128, Adam 1e-4,
+               dropout 0.2, beam 10, up to 200k steps).
   'chunk'      the chunk_reverse reordering task instead of copy.
-  'wmt17_de_en' Britz et al. 2017 §4.2 WMT'17 setup (512 units, BPE 16k, batch 128, beam 10).
-  'shu_de_en'  Shu & Nakayama 2017 WMT'15 De-En setup (Bahdanau base model, 50k words, beam 20).
+  'wmt17_de_en' Britz et al. 2017 §4.2 WMT'17 setup (512 units, BPE 16k,
+               batch 128, beam 10).
+  'shu_de_en'  Shu & Nakayama 2017 WMT'15 De-En setup (Bahdanau base model,
+               50k words, beam 20).
   'tiny'       test-sized model (16 units, few steps) for the test suite.
 Presets compose with commas: `copy100,tiny`. The two real-corpus presets read
 TFDS data: run them once with --mode=prepare (downloads the corpus).
@@ -44,7 +48,7 @@ def get_config(arg=None):
   config.data.source_lang = 'de'
   config.data.target_lang = 'en'
   # Embedded tasks: longest sequence L; lengths are uniform in min_length..L.
-  # Real corpora: pairs with more tokens on either side are skipped (and counted).
+  # Real corpora: pairs with more tokens on a side are skipped (and counted).
   config.data.max_length = 20
   config.data.min_length = 1
   # Number of distinct symbols of the embedded tasks (Britz: 20).
@@ -57,19 +61,24 @@ def get_config(arg=None):
   # Batches are padded to one of this many bucket lengths, so jit compiles
   # one train step per bucket instead of one per batch.
   config.data.num_buckets = 4
-  # Batch by tokens: each bucket's batches hold as many sentences as fit in this
-  # many padded tokens (a multiple of the device count). 0 = train.batch_size sentences.
+  # Batch by tokens: each bucket's batches hold as many sentences as fit in
+  # this many padded tokens (a multiple of the device count).
+  # 0 = train.batch_size sentences.
   config.data.batch_tokens = 0
-  # tfds: corpora: TFDS data_dir ('' = TFDS default) and manual_dir (files placed by hand).
+  # tfds: corpora: TFDS data_dir ('' = TFDS default) and manual_dir (files
+  # placed by hand).
   config.data.tfds_data_dir = ''
   config.data.tfds_manual_dir = ''
-  # Real corpora: vocabularies, built from the training split into <workdir>/vocab/.
+  # Real corpora: vocabularies, built from the training split into
+  # <workdir>/vocab/.
   config.data.vocab = ml_collections.ConfigDict()
   # 'sentencepiece', 'word' (whitespace tokens, <unk> for the rest) or 'char'.
   config.data.vocab.kind = 'sentencepiece'
-  # SentencePiece: pieces (Britz: 16k shared BPE); word/char: most frequent kept (0 = all).
+  # SentencePiece: pieces (Britz: 16k shared BPE);
+  # word/char: most frequent kept (0 = all).
   config.data.vocab.size = 16_000
-  # Target side size when not shared (0 = data.vocab.size); Shu: 80k source, 40k target words.
+  # Target side size when not shared (0 = data.vocab.size);
+  # Shu: 80k source, 40k target words.
   config.data.vocab.target_size = 0
   # One vocabulary for both sides, or one per side.
   config.data.vocab.shared = True
@@ -98,7 +107,8 @@ def get_config(arg=None):
   # Decoder initial state: 'dense' (tanh projection of the encoder's final
   # states), 'copy' (same layer counts required) or 'zero'.
   config.model.bridge = 'dense'
-  # Optional extra tanh layer between htilde_t and the softmax (Shu: 600). 0 = none.
+  # Optional extra tanh layer between htilde_t and the softmax (Shu: 600).
+  # 0 = none.
   config.model.output_hidden_size = 0
   # Initial forget-gate bias (flax's cells start at 0; 1 trains better).
   config.model.forget_bias = 1.0
@@ -145,8 +155,9 @@ def get_config(arg=None):
   config.decode.max_length_offset = 10
   # Sentences per decoding batch (beam search uses batch_size // beam_size).
   config.decode.batch_size = 256
-  # Decode each split this many times and report the fastest pass as decoding time
-  # (min over repeats filters out other work on the machine; 1 = decode once).
+  # Decode each split this many times and report the fastest pass as
+  # decoding time (min over repeats filters out other work on the machine;
+  # 1 = decode once).
   config.decode.timing_repeats = 1
 
   # ---------------------------------------------------------------- parallelism
@@ -154,7 +165,8 @@ def get_config(arg=None):
   # 'jit' (one program over a device mesh) or 'pmap' (the same step mapped over
   # devices). Both shard the batch along 'data' and replicate the state.
   config.parallel.mode = 'jit'
-  # Devices on the 'data' axis: (-1,) = all of them, or (N,) with N = the device count.
+  # Devices on the 'data' axis: (-1,) = all of them,
+  # or (N,) with N = the device count.
   config.parallel.mesh_shape = (-1,)
 
   apply_presets(config, arg)
@@ -200,7 +212,10 @@ def chunk(config):
 
 
 def wmt17_de_en(config):
-  """Britz, Guan & Luong 2017 4.2 (they translate en->de: swap the languages for that)."""
+  """Britz, Guan & Luong 2017 4.2.
+
+  They translate en->de: swap the languages for that.
+  """
   config.data.name = 'tfds:wmt17_translate/de-en'
   config.data.source_lang, config.data.target_lang = 'de', 'en'
   config.data.max_length = 50
@@ -228,7 +243,7 @@ def shu_de_en(config):
   config.model.query = 'previous'
   config.model.input_feeding = False
   config.model.output_hidden_size = 600
-  # Word vocabularies of 50k per side, the rest <unk>; pairs over 50 words dropped.
+  # 50k-word vocabularies per side, the rest <unk>; pairs over 50 words dropped.
   config.data.vocab.kind = 'word'
   config.data.vocab.size = 50_000
   config.data.vocab.shared = False

@@ -23,11 +23,17 @@ class CheckpointError(UserError):
 
 
 class TrainingError(UserError):
-  """Training cannot go on (e.g. the loss became NaN); the last good checkpoint is kept."""
+  """Training cannot go on (e.g. the loss became NaN).
+
+  The last good checkpoint is kept.
+  """
 
 
 def config_error(field: str, value: Any, why: str, fix: str) -> ConfigError:
-  """'config: model.x=3 must be even; use an even size (--config.model.x=...)'."""
+  """A one-line ConfigError for `field`, e.g.:
+
+  'config: model.x=3 must be even; use an even size (--config.model.x=...)'.
+  """
   return ConfigError(
       f'config: {field}={value!r} {why}; {fix} (--config.{field}=...)'
   )

@@ -1,4 +1,7 @@
-"""Validation and evaluation: decoding a split, loss, BLEU; the eval and translate modes."""
+"""Validation and evaluation: decoding a split, loss, BLEU.
+
+Also the eval and translate modes.
+"""
 
 import functools
 import os
@@ -34,18 +37,19 @@ def decode_split(
     mesh=None,
     timing_repeats: int = 1,
 ):
-  """Decodes the sources of a dataset.Split in fixed-shape, length-sorted batches.
+  """Decodes a dataset.Split's sources in fixed-shape, length-sorted batches.
 
   `decode_fn` is a jitted fn(params, source); each batch shape is compiled
   and run once ahead of time (timing.compile_by_shape), so `decode_seconds`
   counts steady-state execution only (`compile_seconds` holds the compilation
-  and that first run). With a `mesh`,
-  batches are sharded along 'data' (each process feeds its rows) and every
-  process receives all hypotheses. With `timing_repeats` > 1 the whole split is
-  decoded that many times and `decode_seconds` is the fastest pass (the least
-  disturbed by other work on the machine); `decode_seconds_all` lists every pass.
+  and that first run). With a `mesh`, batches are sharded along 'data' (each
+  process feeds its rows) and every process receives all hypotheses. With
+  `timing_repeats` > 1 the whole split is decoded that many times and
+  `decode_seconds` is the fastest pass (the least disturbed by other work on
+  the machine); `decode_seconds_all` lists every pass.
   Returns (hypotheses: id arrays in split order, without EOS; statistics:
-  window_sum, window_count, window_fraction_sum, decode_seconds, compile_seconds).
+  window_sum, window_count, window_fraction_sum, decode_seconds,
+  compile_seconds).
   """
   count = len(split) if limit is None else min(limit, len(split))
   batches = list(
@@ -104,7 +108,10 @@ def decode_split(
 
 
 def window_metrics(stats) -> Dict[str, float]:
-  """avg_window: mean positions scored per (step, hypothesis); and as a fraction of |S|."""
+  """avg_window: mean positions scored per (step, hypothesis).
+
+  avg_window_fraction: the same, as a fraction of |S|.
+  """
   count = max(stats['window_count'], 1.0)
   return {
       'avg_window': stats['window_sum'] / count,
@@ -113,7 +120,10 @@ def window_metrics(stats) -> Dict[str, float]:
 
 
 class Evaluator:
-  """Validation loss and decoding of a split with one model (jitted functions cached)."""
+  """Validation loss and decoding of a split with one model.
+
+  The jitted functions are cached.
+  """
 
   def __init__(self, config, model, task: dataset.Task, mesh):
     self.config, self.model, self.task, self.mesh = config, model, task, mesh
@@ -134,7 +144,10 @@ class Evaluator:
     return sums['loss_sum'] / max(sums['tokens'], 1.0)
 
   def decode_batch_size(self, beam_size: int) -> int:
-    """Sentences per decoding batch: decode.batch_size hypotheses, a multiple of the devices."""
+    """Sentences per decoding batch: decode.batch_size hypotheses.
+
+    A multiple of the number of devices.
+    """
     devices = self.mesh.devices.size
     size = max(1, self.config.decode.batch_size // beam_size)
     return max(devices, size // devices * devices)
@@ -192,15 +205,15 @@ class Evaluator:
 
 
 def scalars(result: Dict) -> Dict:
-  """The numeric entries of a result (what metrics.jsonl and TensorBoard take)."""
+  """A result's numeric entries (what metrics.jsonl and TensorBoard take)."""
   return {k: v for k, v in result.items() if isinstance(v, (int, float))}
 
 
 def evaluate(config, workdir: str) -> Dict[str, Any]:
-  """Decodes the test split (else validation) with the best checkpoint and decode.beam_size.
+  """Decodes the test split (else validation) with the best checkpoint.
 
-  Writes eval_results.json, eval_hypotheses.txt and an 'eval' record in
-  metrics.jsonl.
+  The beam size is decode.beam_size. Writes eval_results.json,
+  eval_hypotheses.txt and an 'eval' record in metrics.jsonl.
   """
   config = validation.resolve(config)
   task, model, mesh, params, step = workdirs.restore_for_inference(
@@ -236,7 +249,10 @@ def evaluate(config, workdir: str) -> Dict[str, Any]:
 
 
 def translate(config, workdir: str, lines):
-  """Translates source `lines` with the best checkpoint -> list of target texts."""
+  """Translates source `lines` with the best checkpoint.
+
+  Returns the list of target texts.
+  """
   config = validation.resolve(config)
   task, model, mesh, params, _ = workdirs.restore_for_inference(config, workdir)
   if not lines:

@@ -93,7 +93,7 @@ def _recurrence_fwd(x_gates, w_h, valid):
   (outputs, carry), (h_prev, c_prev, s, g, tanh_c) = _recurrence_forward(
       x_gates, w_h, valid
   )
-  # d z_t = select(gate == o, dh_t, dc_t) * multipliers_t, for every step at once.
+  # All steps at once: d z_t = select(gate == o, dh_t, dc_t) * multipliers_t.
   gate = jnp.arange(4)[:, None]  # [4, 1]
   i, f, o = s[..., 0, :], s[..., 1, :], s[..., 3, :]
   operand = jnp.where(
@@ -134,7 +134,8 @@ def _recurrence_bwd(residuals, cotangents):
       (d_outputs, valid, multipliers, dc_from_h, f),
       reverse=True,
   )
-  # One [H, T*B] x [T*B, 4H] GEMM instead of T small ones (einsum picks a slower layout).
+  # One [H, T*B] x [T*B, 4H] GEMM instead of T small ones
+  # (einsum picks a slower layout).
   d_w_h = h_prev.reshape(-1, h_prev.shape[-1]).T @ dz.reshape(-1, dz.shape[-1])
   return dz, d_w_h, jnp.zeros_like(valid)
 
@@ -143,7 +144,10 @@ lstm_recurrence.defvjp(_recurrence_fwd, _recurrence_bwd)
 
 
 def reverse_padded(x: jax.Array, lengths: jax.Array) -> jax.Array:
-  """Reverses each column of time-major x [T, B, ...] within its length; padding stays put."""
+  """Reverses each column of time-major x [T, B, ...] within its length.
+
+  Padding stays put.
+  """
   t = jnp.arange(x.shape[0])[:, None]  # [T, 1]
   index = jnp.where(t < lengths[None, :], lengths[None, :] - 1 - t, t)  # [T, B]
   return jnp.take_along_axis(
@@ -164,7 +168,10 @@ class LSTM(nn.Module):
 
   @nn.compact
   def __call__(self, x: jax.Array, lengths: jax.Array):
-    """Time-major x [T, B, in], lengths [B] -> outputs [T, B, H], final carry (c, h) [B, H]."""
+    """Time-major x [T, B, in], lengths [B] -> outputs, final carry (c, h).
+
+    The outputs are [T, B, H]; c and h are [B, H].
+    """
     length = x.shape[0]
     h_size = self.features
     w_x = self.param(
@@ -198,7 +205,10 @@ class BiLSTM(nn.Module):
 
   @nn.compact
   def __call__(self, x, lengths):
-    """Time-major x [T, B, in] -> outputs [T, B, H], final carry (c, h) [B, H] (fwd ++ bwd)."""
+    """Time-major x [T, B, in] -> outputs [T, B, H], final carry (c, h) [B, H].
+
+    Each is the forward and backward halves concatenated (fwd ++ bwd).
+    """
     half = self.features // 2
     out_f, (c_f, h_f) = LSTM(half, self.forget_bias, name='forward')(x, lengths)
     out_b, (c_b, h_b) = LSTM(

@@ -1,8 +1,10 @@
 """nmt_jax command line.
 
-  python -m nmt_jax.main --config=configs/memory_k64.py --workdir=runs/memory_k64
+  python -m nmt_jax.main --config=configs/memory_k64.py \
+      --workdir=runs/memory_k64
   python -m nmt_jax.main --config=... --workdir=... --mode=eval
-  echo "a b c" | python -m nmt_jax.main --config=... --workdir=... --mode=translate
+  echo "a b c" | python -m nmt_jax.main --config=... --workdir=... \
+      --mode=translate
 
 Config values are overridden with --config.<field>=<value>, presets chosen
 with a config string argument (configs/global_general.py:copy100).
@@ -79,8 +81,9 @@ flags.mark_flags_as_required(['config', 'workdir'])
 
 
 def multi_process_cluster() -> bool:
-  """True in a SLURM job step (srun) with several tasks or on a multi-host TPU slice."""
-  # SLURM_STEP_NUM_TASKS is set by srun only: a plain `python` in a batch script stays single.
+  """True in a multi-task SLURM job step (srun) or on a multi-host TPU slice."""
+  # SLURM_STEP_NUM_TASKS is set by srun only: a plain `python` in a batch
+  # script stays single.
   if int(os.environ.get('SLURM_STEP_NUM_TASKS', '1') or 1) > 1:
     return True
   return (
@@ -150,7 +153,7 @@ def _fail(message: str):
 
 
 def parse_flags(argv):
-  """absl flag parsing, with config mistakes reported as one line instead of a traceback."""
+  """Parses absl flags; config mistakes are one error line, not a traceback."""
   for arg in argv[1:]:
     if arg.startswith('--config='):
       path = arg[len('--config=') :].split(':')[0]
@@ -178,7 +181,8 @@ def parse_flags(argv):
     )
   except (flags.Error, ValueError, TypeError) as e:
     lines = str(e).strip().splitlines()
-    # A failing get_config() arrives as a traceback in the message: its last line says why.
+    # A failing get_config() arrives as a traceback in the message: its last
+    # line says why.
     message = lines[-1] if 'Traceback' in str(e) else ' '.join(str(e).split())
     _fail(message + ' (see --helpfull)')
 

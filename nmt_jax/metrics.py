@@ -53,13 +53,20 @@ def _moses(language: str):
 
 
 def moses_tokenize(text: str, language: str = 'en') -> str:
-  """tokenizer.perl -l language (no escaping, no -a): 'Ja, gut.' -> 'Ja , gut .'."""
+  """tokenizer.perl -l language (no escaping, no -a).
+
+  E.g. 'Ja, gut.' -> 'Ja , gut .'.
+  """
   return _moses(language).tokenize(text, return_str=True, escape=False)
 
 
 def ribes(hypotheses: Sequence[str], references: Sequence[str]) -> float:
-  """Corpus RIBES (Isozaki et al. 2010) from nltk, on whitespace tokens, in [0, 1]."""
-  from nltk.translate.ribes_score import corpus_ribes  # pylint: disable=g-import-not-at-top  (1 s)
+  """Corpus RIBES (Isozaki et al. 2010) on whitespace tokens, in [0, 1].
+
+  Computed with nltk.
+  """
+  # Imported here: nltk takes 1 s to import.
+  from nltk.translate.ribes_score import corpus_ribes  # pylint: disable=g-import-not-at-top
 
   hyps = [h.split() for h in hypotheses]
   refs = [[r.split()] for r in references]

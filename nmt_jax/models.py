@@ -37,7 +37,10 @@ class DecoderState:
 
 
 def stacked_kernel_init(num_input_rows):
-  """lecun_normal for the input rows of a [in + H, 4H] kernel, orthogonal for the H recurrent rows."""
+  """Initializer of a stacked [in + H, 4H] kernel.
+
+  lecun_normal for the input rows, orthogonal for the H recurrent rows.
+  """
 
   def init(key, shape, dtype=jnp.float32):
     k_in, k_rec = jax.random.split(key)
@@ -72,7 +75,10 @@ class StackedLSTMCell(nn.Module):
 
   @nn.compact
   def __call__(self, carries, x_gates, extra, train):
-    """carries: per layer (c, h) [B, H]; x_gates [B, 4H]; extra: list of [B, *]."""
+    """One step of the stack.
+
+    carries: per layer (c, h) [B, H]; x_gates [B, 4H]; extra: list of [B, *].
+    """
     h_size = self.features
     new = []
     for layer in range(self.num_layers):
@@ -193,7 +199,10 @@ class Decoder(nn.Module):
       train=False,
       with_weights=False,
   ):
-    """One target step: emb [B, E], x_gates [B, 4H] -> state, htilde [B, H], diagnostics."""
+    """One target step.
+
+    emb [B, E], x_gates [B, 4H] -> state, htilde [B, H], diagnostics.
+    """
     cfg = self.config
     prev_h = state.lstm[-1][1]
     step_inputs = attention_lib.StepInputs(
@@ -224,7 +233,7 @@ class Decoder(nn.Module):
     return state, htilde, diagnostics
 
   def attentional_state(self, context, h):
-    """htilde_t = tanh(W_c [c_t; h_t]); h_t itself for a kind without context."""
+    """htilde_t = tanh(W_c [c_t; h_t]), or h_t for a kind without context."""
     if not self.attention.HAS_CONTEXT:
       return h
     return jnp.tanh(self.combine(jnp.concatenate([context, h], axis=-1)))
@@ -236,7 +245,10 @@ class Decoder(nn.Module):
     return self.output(htilde)
 
   def __call__(self, cache, state, target_in, train=False, with_weights=False):
-    """Teacher forcing: target_in [B, T] -> logits [B, T, V], diagnostics [B, T, ...]."""
+    """Teacher forcing: target_in [B, T] -> logits [B, T, V], diagnostics.
+
+    The diagnostics are [B, T, ...].
+    """
     # Time-major inside (see Encoder); only htilde [T, B, H] is transposed back.
     # [T, B, E]
     emb = self.dropout(self.embed(target_in.T), deterministic=not train)
@@ -286,7 +298,10 @@ class Seq2Seq(nn.Module):
     return self.decoder.initial(memory, lengths, finals)
 
   def __call__(self, source, target_in, train=False, with_weights=False):
-    """source [B, S], target_in [B, T] -> logits [B, T, V], diagnostics [B, T, ...]."""
+    """source [B, S], target_in [B, T] -> logits [B, T, V], diagnostics.
+
+    The diagnostics are [B, T, ...].
+    """
     cache, state = self.encode(source, train)
     return self.decoder(cache, state, target_in, train, with_weights)
 

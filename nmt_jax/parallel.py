@@ -1,6 +1,6 @@
-"""Data parallelism (config.parallel): batches sharded along 'data', state replicated.
+"""Data parallelism: batches sharded along 'data', state replicated.
 
-Two ways to run the same train step, selected by parallel.mode
+Two ways to run the same train step, selected by config.parallel.mode
 (`data_parallel_step`):
   jit   one program over a Mesh; the batch is a global array sharded along
         'data' and XLA inserts the gradient all-reduce (default).
@@ -78,7 +78,8 @@ def initialize_distributed(
   where = coordinator_address or 'the auto-detected coordinator'
 
   def give_up():
-    # JAX's own timeout aborts the process with a C++ stack trace; say why first, and exit.
+    # JAX's own timeout aborts the process with a C++ stack trace; say why
+    # first, and exit.
     print(
         f'error: the distributed run at {where} did not form within'
         f' {timeout_seconds}s (coordinator unreachable or a process missing);'
@@ -199,12 +200,15 @@ def shard_batch(
 def shard_global_batch(
     batch: Dict[str, np.ndarray], mesh: Mesh
 ) -> Dict[str, jax.Array]:
-  """A global host batch (every process holds all rows) -> global arrays sharded along 'data'."""
+  """A global host batch -> global arrays sharded along 'data'.
+
+  Every process holds all rows of the host batch.
+  """
   return shard_batch(local_part(batch, mesh), mesh)
 
 
 def to_host(tree) -> Any:
-  """Global arrays (possibly spread over processes) -> NumPy on every process."""
+  """Global arrays (maybe spread over processes) -> NumPy on every process."""
   if jax.process_count() == 1:
     return jax.device_get(tree)
   return multihost_utils.process_allgather(tree, tiled=True)
@@ -222,7 +226,10 @@ def pmap_batch(local_batch: Dict[str, np.ndarray]) -> Dict[str, np.ndarray]:
 
 
 def to_pmap(tree):
-  """Replicated global arrays -> per-local-device copies with a leading device axis."""
+  """Replicated global arrays -> per-local-device copies.
+
+  The copies have a leading device axis.
+  """
   host = jax.tree_util.tree_map(
       lambda x: np.asarray(x.addressable_shards[0].data), tree
   )
@@ -230,11 +237,14 @@ def to_pmap(tree):
 
 
 def from_pmap(tree, mesh: Mesh):
-  """pmap-replicated arrays -> replicated global arrays on `mesh` (no host copy)."""
+  """pmap-replicated arrays -> replicated global arrays on `mesh`.
+
+  No copy goes through the host.
+  """
   sharding = replicated(mesh)
 
   def merge(x):
-    # Indexing x[0] would gather across devices; take each device's own copy instead.
+    # Take each device's own copy: indexing x[0] would gather across devices.
     copies = [shard.data[0] for shard in x.addressable_shards]
     return jax.make_array_from_single_device_arrays(
         x.shape[1:], sharding, copies
@@ -244,24 +254,33 @@ def from_pmap(tree, mesh: Mesh):
 
 
 def first_replica(tree):
-  """Host value of per-device results that are equal on every device (psum'd metrics)."""
+  """Host value of per-device results that are equal on every device.
+
+  E.g. psum'd metrics.
+  """
   return jax.tree_util.tree_map(
       lambda x: np.asarray(x.addressable_shards[0].data)[0], tree
   )
 
 
-# ----------------------------------------------------------------- the train step
+# --------------------------------------------------------------- the train step
 
 
 class JitStep:
-  """parallel.mode='jit': the step jitted over the mesh; the loop keeps the global state."""
+  """parallel.mode='jit': the step jitted over the mesh.
+
+  The loop keeps the global state.
+  """
 
   def __init__(self, step_fn: Callable, mesh: Mesh):
     self._step = jax.jit(step_fn, donate_argnums=0)
     self._mesh = mesh
 
   def __call__(self, state, rows: Dict[str, np.ndarray]):
-    """(loop state, this process's batch rows) -> (loop state, device metrics)."""
+    """(loop state, batch rows) -> (loop state, device metrics).
+
+    The batch rows are this process's.
+    """
     return self._step(state, shard_batch(rows, self._mesh))
 
   def to_loop(self, state):
@@ -278,7 +297,10 @@ class JitStep:
 
 
 class PmapStep(JitStep):
-  """parallel.mode='pmap': the step mapped over local devices (state with a device axis)."""
+  """parallel.mode='pmap': the step mapped over local devices.
+
+  The state carries a device axis.
+  """
 
   def __init__(self, step_fn: Callable, mesh: Mesh):
     step_fn = functools.partial(step_fn, axis_name=AXIS)
@@ -299,5 +321,8 @@ class PmapStep(JitStep):
 
 
 def data_parallel_step(step_fn: Callable, mode: str, mesh: Mesh) -> JitStep:
-  """The train step `step_fn(state, batch, axis_name=None)` run as parallel.mode says."""
+  """The train step `step_fn` run as parallel.mode says.
+
+  Its signature is step_fn(state, batch, axis_name=None).
+  """
   return PmapStep(step_fn, mesh) if mode == 'pmap' else JitStep(step_fn, mesh)

@@ -1,24 +1,30 @@
-"""Sweeps: run a grid of experiments, aggregate workdirs into tables, sweep flexible's tau.
+"""Sweeps: run a grid of experiments, aggregate workdirs, sweep flexible's tau.
 
   # A product grid over one config (runs one after another on this machine):
   python -m nmt_jax.sweep run --config=configs/memory_k64.py --root=runs/k \
-      --grid=model.attention.num_memory=1,4,16 --grid=model.attention.position_encoding=none,renorm
+      --grid=model.attention.num_memory=1,4,16 \
+      --grid=model.attention.position_encoding=none,renorm
 
-  # A sweep file (configs/sweeps/*.py: get_sweep(arg) -> runs); --dry_run prints one
-  # command per run instead, for a cluster's job array; --shard=i/n runs every n-th;
-  # --only=PATTERN,... keeps the runs whose names match (shell patterns).
-  python -m nmt_jax.sweep run --sweep=configs/sweeps/britz_copy.py:20 --root=runs/britz
+  # A sweep file (configs/sweeps/*.py: get_sweep(arg) -> runs); --dry_run
+  # prints one command per run instead, for a cluster's job array;
+  # --shard=i/n runs every n-th; --only=PATTERN,... keeps the runs whose names
+  # match (shell patterns).
+  python -m nmt_jax.sweep run --sweep=configs/sweeps/britz_copy.py:20 \
+      --root=runs/britz
 
-  # Workdirs (or every workdir under a root) -> CSV and markdown table; --pivot=L adds
-  # one row per model with BLEU and decoding time under each L (Britz et al.'s Table 1).
-  python -m nmt_jax.sweep aggregate --root=runs/britz --csv=runs/britz/results.csv \
-      --markdown=runs/britz/results.md --pivot=L
+  # Workdirs (or every workdir under a root) -> CSV and markdown table;
+  # --pivot=L adds one row per model with BLEU and decoding time under each L
+  # (Britz et al.'s Table 1).
+  python -m nmt_jax.sweep aggregate --root=runs/britz \
+      --csv=runs/britz/results.csv --markdown=runs/britz/results.md --pivot=L
 
-  # Flexible attention: evaluate one trained model at several tau (writes <workdir>/tau_sweep.json).
-  python -m nmt_jax.sweep tau --config=configs/flexible.py:chunk --workdir=runs/flexible
+  # Flexible attention: evaluate one trained model at several tau (writes
+  # <workdir>/tau_sweep.json).
+  python -m nmt_jax.sweep tau --config=configs/flexible.py:chunk \
+      --workdir=runs/flexible
 
-Runs whose workdir already has eval_results.json are skipped, so re-running a sweep
-resumes it (an interrupted run resumes from its last checkpoint).
+Runs whose workdir already has eval_results.json are skipped, so re-running a
+sweep resumes it (an interrupted run resumes from its last checkpoint).
 """
 
 import sys

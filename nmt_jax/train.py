@@ -42,7 +42,10 @@ class Setup:
   state: steps.TrainState  # step 0, replicated on the mesh
 
   def step_fn(self, axis_name=None):
-    """steps.train_step(state, batch) with this run's model, optimizer, config."""
+    """steps.train_step(state, batch) for this run.
+
+    It uses this run's model, optimizer and config.
+    """
     return functools.partial(
         steps.train_step,
         model=self.model,
@@ -53,7 +56,10 @@ class Setup:
 
 
 def make_mesh(config):
-  """The device mesh, checked against the training batch (before anything is built)."""
+  """The device mesh, checked against the training batch.
+
+  Checked before anything is built.
+  """
   mesh = parallel.make_mesh(config.parallel.mesh_shape)
   parallel.check_divisible(config.train.batch_size, mesh, 'train.batch_size')
   if (
@@ -90,7 +96,10 @@ def build(config, workdir=None, mesh=None) -> Setup:
 
 
 def prepare(config, workdir: str) -> dataset.Task:
-  """--mode=prepare: downloads a TFDS corpus, builds the workdir's vocabularies."""
+  """--mode=prepare: downloads a TFDS corpus and builds the vocabularies.
+
+  The vocabularies are built in the workdir.
+  """
   config = validation.resolve(config)
   if config.data.name in data.embedded.NAMES:
     logging.info(
@@ -111,7 +120,10 @@ def prepare(config, workdir: str) -> dataset.Task:
 
 
 def train_and_evaluate(config, workdir: str) -> Dict[str, Any]:
-  """Trains (resuming from the workdir's latest checkpoint), then evaluates the best."""
+  """Trains, then evaluates the best checkpoint.
+
+  Training resumes from the workdir's latest checkpoint.
+  """
   # A config or device error raises here, before the workdir exists.
   config = validation.resolve(config)
   mesh = make_mesh(config)
@@ -272,7 +284,7 @@ class Progress:
     self.steps += 1
 
   def summary(self, step, devices, steps_per_epoch, schedule) -> Dict:
-    """The 'train' record of metrics.jsonl for the steps since the last reset."""
+    """The metrics.jsonl 'train' record of the steps since the last reset."""
     elapsed, tokens = self.seconds, self.sums['tokens']
     return {
         'loss': self.sums['loss_sum'] / max(tokens, 1.0),

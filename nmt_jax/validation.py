@@ -76,7 +76,7 @@ def resolve(config):
 
 
 def validate(config):
-  """Raises ConfigError on the first value of a resolved config that cannot work."""
+  """Raises ConfigError on a resolved config's first value that cannot work."""
   for field in POSITIVE:
     errors.positive(field, _get(config, field))
   for field in NON_NEGATIVE:
@@ -135,7 +135,7 @@ def _check_model(model):
 
 def _check_data(data, batch_size):
   if data.batch_tokens:
-    # Fits one sentence of the longest bucket (train.build checks it per device).
+    # Fits a sentence of the longest bucket (train.build checks it per device).
     longest = data.max_length + 1
     boundaries = batching.bucket_boundaries(longest, data.num_buckets)
     batching.batch_sizes(boundaries, batch_size, data.batch_tokens)

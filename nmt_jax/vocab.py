@@ -96,7 +96,10 @@ def word_counts(texts: Iterable[str], split=str.split) -> collections.Counter:
 def most_frequent(
     counts: collections.Counter, min_count: int, max_size: int
 ) -> List[str]:
-  """Tokens seen at least min_count times, most frequent first (ties by token), at most max_size."""
+  """Tokens seen min_count times or more, most frequent first, at most max_size.
+
+  Ties are ordered by token.
+  """
   kept = sorted(
       (t for t, c in counts.items() if c >= min_count),
       key=lambda t: (-counts[t], t),
@@ -105,7 +108,10 @@ def most_frequent(
 
 
 class CharVocab(Vocab):
-  """Characters; a space is the token '▁' so decoding restores the text exactly."""
+  """Characters; a space is the token '▁'.
+
+  Decoding thus restores the text exactly.
+  """
 
   SPACE = '\u2581'
 
@@ -147,7 +153,10 @@ class SentencePieceVocab:
   def encode_lines(
       self, texts: Sequence[str], first_line: int = 1
   ) -> List[List[int]]:
-    """encode() of each text, in one call (SentencePiece's batch encoder, ~1.7x faster)."""
+    """encode() of each text, in one call.
+
+    Uses SentencePiece's batch encoder (~1.7x faster).
+    """
     del first_line
     return [ids + [EOS] for ids in self.processor.encode(list(texts))]
 
@@ -189,8 +198,10 @@ def build_vocab(
     min_count: int = 1,
     model_type: str = 'bpe',
 ):
-  """A vocabulary of `kind` from training texts; `size` caps word/char vocabularies
-  (0 = no cap) and is the SentencePiece vocabulary size (reserved ids included).
+  """A vocabulary of `kind` from training texts.
+
+  `size` caps word/char vocabularies (0 = no cap) and is the SentencePiece
+  vocabulary size (reserved ids included).
   """
   if not texts:
     raise VocabError('no training text to build the vocabulary from')

@@ -25,7 +25,10 @@ from nmt_jax.errors import CheckpointError
 
 
 def prepare(workdir: str):
-  """Creates the workdir and checks it is writable, before anything is written."""
+  """Creates the workdir and checks it is writable.
+
+  This happens before anything is written.
+  """
   try:
     os.makedirs(workdir, exist_ok=True)
     probe = os.path.join(workdir, f'.write-test-{os.getpid()}')
@@ -40,7 +43,10 @@ def prepare(workdir: str):
 
 
 def write_config(workdir: str, config):
-  """Writes config.json, logging the fields that differ from the workdir's earlier run."""
+  """Writes config.json.
+
+  Logs the fields that differ from the workdir's earlier run.
+  """
   path = os.path.join(workdir, 'config.json')
   resolved = json.loads(config.to_json_best_effort())
   if os.path.exists(path):
@@ -122,7 +128,10 @@ def check_vocab(meta: Dict, task: dataset.Task, where: str):
 
 
 def load_params_from(workdir: str, config, abstract_params, mesh):
-  """Best params of another workdir (train.init_from), checked against this model."""
+  """Best params of another workdir (train.init_from).
+
+  They are checked against this model.
+  """
   config_path = os.path.join(workdir, 'config.json')
   if not os.path.exists(config_path) or not checkpoint.has_checkpoints(workdir):
     raise CheckpointError(

@@ -28,7 +28,10 @@ def _jsonable(value):
 
 
 class MetricWriter:
-  """Appends one JSON object per call to metrics.jsonl and scalars to TensorBoard."""
+  """Appends one JSON object per call to metrics.jsonl.
+
+  The scalars also go to TensorBoard.
+  """
 
   def __init__(self, workdir: str, enabled: bool = True):
     self.enabled = enabled
@@ -66,7 +69,10 @@ class MetricWriter:
 
 
 def write_json(path: str, obj: Dict[str, Any]):
-  """Writes JSON atomically (temporary file, then rename): a crash never leaves half a file."""
+  """Writes JSON atomically (temporary file, then rename).
+
+  A crash never leaves half a file.
+  """
   tmp = f'{path}.tmp-{os.getpid()}'
   with open(tmp, 'w', encoding='utf-8') as f:
     json.dump(obj, f, indent=2, sort_keys=True, default=_jsonable)
@@ -82,8 +88,10 @@ def read_metrics(workdir: str):
 
 
 class QuietLibraries:
-  """A logging filter dropping INFO records from Orbax's files (dozens per save), keeping
-  their warnings."""
+  """A logging filter dropping INFO records from Orbax's files.
+
+  Orbax logs dozens of them per save; its warnings are kept.
+  """
 
   def filter(self, record):
     return (

@@ -21,7 +21,8 @@ and a class-level description that config validation, `bench` and run
 inspection read from the registry, so that nothing outside the kind's module
 names it:
 
-  FIELDS          model.attention.<name>: (default, check) of the fields it reads
+  FIELDS          model.attention.<name>: (default, check) of the
+                  fields it reads
   validate()      rules that hold when the kind is selected
   cost()          matmul FLOPs and positions scored, for `bench`
   source_attention(), PLOT, RANK   what run inspection shows of it
@@ -67,7 +68,7 @@ def masked_softmax(scores, mask, axis=-1):
 
 
 def source_cache(memory, lengths) -> Cache:
-  """The part of every cache that describes the source: memory, mask, lengths."""
+  """The part of every cache describing the source: memory, mask, lengths."""
   mask = jnp.arange(memory.shape[1])[None, :] < lengths[:, None]  # [B, S]
   return {'memory': memory, 'mask': mask, 'lengths': lengths}
 
@@ -88,7 +89,8 @@ class Attention(nn.Module):
   # Whether diagnostics hold 'strength' [B], g(t) of flexible attention, which
   # the fine-tuning objective (train.beta) rewards.
   HAS_STRENGTH = False
-  # Row order in results tables (Britz et al.'s Table 1: none first, global last).
+  # Row order in results tables, as in Britz et al.'s Table 1: none first,
+  # global last.
   RANK = 100
   # The plot run inspection draws of a translation, or None: 'heatmap' (weights
   # over the source), 'vision_span' or 'memory_maps' (tools/plots.py).
@@ -118,9 +120,10 @@ class Attention(nn.Module):
 
   @classmethod
   def source_attention(cls, weights, cache, row: int, length: int):
-    """One sentence's per-step weights [T, W] -> ([T, length] over its source, extras).
+    """One sentence's per-step weights [T, W] -> ([T, length], extras).
 
-    `cache` is the (NumPy) cache of the whole batch, `row` the sentence's row.
+    The [T, length] weights are over its source. `cache` is the (NumPy) cache
+    of the whole batch, `row` the sentence's row.
     """
     del cache, row
     return weights[:, :length], {}
@@ -149,7 +152,7 @@ def names() -> Tuple[str, ...]:
 
 
 def get(kind: str) -> Type[Attention]:
-  """The class of a registered kind; a one-line ConfigError for any other name."""
+  """A registered kind's class; a one-line ConfigError for any other name."""
   if kind not in _KINDS:
     raise errors.config_error(
         'model.attention.kind',
@@ -180,12 +183,12 @@ def fields() -> Dict[str, Tuple[Any, Callable]]:
 
 
 def default_config() -> ml_collections.ConfigDict:
-  """model.attention: the kind, the source length bound and every kind's fields."""
+  """model.attention: the kind, the source length bound, every kind's fields."""
   config = ml_collections.ConfigDict()
   # The attention kind: one of names() ('none', 'memory', 'local_m', ...).
   config.kind = 'global'
   # Longest source (incl. EOS) for 'location' scores and position encodings.
-  # None: derived from the data (data.max_length + 1) when the config is resolved.
+  # None: set from the data (data.max_length + 1) when the config is resolved.
   config.max_source_length = config_dict.placeholder(int)
   for field, (default, _) in fields().items():
     config[field] = default

@@ -82,7 +82,10 @@ class Concat(Score):
 
 
 class Location(Score):
-  """Scores positions, not keys: one logit per position up to max_source_length."""
+  """Scores positions, not keys.
+
+  One logit per position, up to max_source_length.
+  """
 
   def setup(self):
     self.location = nn.Dense(self.max_source_length)  # W_a h_t
@@ -115,14 +118,14 @@ SCORE_FIELD = {
 
 
 def gather_positions(x, positions):
-  """x [B, S, ...], positions [B, W] int -> [B, W, ...] (clipped into 0..S-1)."""
+  """x [B, S, ...], positions [B, W] int -> [B, W, ...] (clipped to 0..S-1)."""
   positions = jnp.clip(positions, 0, x.shape[1] - 1)
   index = positions.reshape(positions.shape + (1,) * (x.ndim - 2))
   return jnp.take_along_axis(x, index, axis=1)
 
 
 def scatter_positions(weights, positions, valid, length):
-  """Window weights [B, W] at positions [B, W] -> weights over the source [B, length]."""
+  """Window weights [B, W] at positions [B, W] -> source weights [B, length]."""
   rows = jnp.arange(weights.shape[0])[:, None]
   full = jnp.zeros((weights.shape[0], length), weights.dtype)
   return full.at[rows, jnp.clip(positions, 0, length - 1)].add(

@@ -129,7 +129,7 @@ class FlexibleAttention(content.ContentAttention):
   def windowed(
       self, width, with_weights, query, cache, g, previous, first, last
   ):
-    """Attention over the `width` positions from `first` (those <= last valid)."""
+    """Attention over `width` positions from `first` (those <= last valid)."""
     length = cache['mask'].shape[1]
     positions = first[:, None] + jnp.arange(width)  # [B, W]
     valid = positions <= last[:, None]

@@ -1,4 +1,6 @@
-"""Britz, Guan & Luong 2017: K memory slots computed once, an O(K D) lookup per step.
+"""Britz, Guan & Luong 2017: K memory slots, an O(K D) lookup per step.
+
+The slots are computed once (encoding), then looked up at each step (decoding):
 
   encoding: alpha = f_enc(W_alpha hbar_s [* l_s])  [B, S, K],
             C_k = sum_s alpha_{s,k} hbar_s          [B, K, D]
@@ -27,13 +29,13 @@ POSITION_ENCODINGS = ('none', 'renorm', 'renorm_mean1', 'unnormalized')
 def position_encoding(
     lengths, length: int, num_slots: int, max_length: int, mode: str
 ):
-  """Britz et al. 3.2: L[s, k] = (1 - k/K)(1 - s/S) + (k/K)(s/S), S = max_length.
+  """Britz et al. 3.2: L[s, k] = (1 - k/K)(1 - s/S) + (k/K)(s/S).
 
-  1-based k and s. 'renorm' (paper): entries past each sentence's length
-  masked, the rest of each slot's column renormalised to sum to 1 over time;
-  'renorm_mean1': renormalised to mean 1 instead (a labelled deviation: the
-  paper's version shrinks logits ~|S|-fold); 'unnormalized': L as is
-  (neulab/xnmt). Returns [B, length, K].
+  1-based k and s; S = max_length. 'renorm' (paper): entries past each
+  sentence's length masked, the rest of each slot's column renormalised to
+  sum to 1 over time; 'renorm_mean1': renormalised to mean 1 instead (a
+  labelled deviation: the paper's version shrinks logits ~|S|-fold);
+  'unnormalized': L as is (neulab/xnmt). Returns [B, length, K].
   """
   k = jnp.arange(1, num_slots + 1) / num_slots  # [K]
   s = jnp.arange(1, length + 1) / max_length  # [S]

@@ -4,7 +4,7 @@
   embedded.py     copy and chunk_reverse, generated from the seed
   text.py         text:<prefix> parallel text files
   tfds_corpus.py  tfds:<builder>/<config> TFDS translation corpora
-  encoding.py     vocabularies, encoding and the encoded-corpus cache of real corpora
+  encoding.py     real corpora: vocabularies, encoding, the encoded-corpus cache
   batching.py     length buckets, training batches by step, eval batches
 
 Modules import downward only (batching and the sources use dataset; text and
@@ -45,6 +45,9 @@ def load_task(
 
 
 def prepare_corpus(data_config):
-  """The one-time download a corpus needs before load_task (TFDS); none for the others."""
+  """The one-time download a corpus needs before load_task (TFDS).
+
+  The other sources need none.
+  """
   if data_config.name.startswith('tfds:'):
     tfds_corpus.prepare(data_config)

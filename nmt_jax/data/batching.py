@@ -1,4 +1,4 @@
-"""Length-bucketed batches: training batches as a pure function of the step, eval batches.
+"""Length-bucketed batches: training batches (by step) and eval batches.
 
 Every batch is padded to one of a few bucket lengths, so a jitted step
 compiles once per bucket. The training stream is a pure function of
@@ -30,7 +30,10 @@ def bucket_boundaries(max_length: int, num_buckets: int) -> List[int]:
 
 
 def example_lengths(split: dataset.Split) -> np.ndarray:
-  """Padded length each example needs: target_in is BOS + target[:-1], same length as target."""
+  """Padded length each example needs.
+
+  target_in is BOS + target[:-1], the same length as target.
+  """
   if isinstance(split.source, dataset.Ragged) and isinstance(
       split.target, dataset.Ragged
   ):
@@ -53,7 +56,10 @@ def make_batch(split: dataset.Split, rows: Sequence[int], length: int) -> Batch:
 
 
 def dummy_batch(batch_size: int, length: int) -> Batch:
-  """A batch of one-token (EOS) sentences: enough for shape-only uses such as init."""
+  """A batch of one-token (EOS) sentences.
+
+  Enough for shape-only uses such as init.
+  """
   tokens = np.zeros((batch_size, length), np.int32)
   tokens[:, 0] = EOS
   return {'source': tokens, 'target_in': tokens, 'target_out': tokens}
@@ -86,11 +92,12 @@ def batch_sizes(
 
 
 class TrainBatches:
-  """Shuffled, length-bucketed training batches; `batch(step)` is a pure function of step.
+  """Shuffled, length-bucketed training batches.
 
-  Each epoch is a seeded permutation grouped by bucket into full batches
-  (a bucket's last partial batch is left out of that epoch), in shuffled order.
-  `batch_size` is one size for every bucket or one per bucket (see batch_sizes).
+  `batch(step)` is a pure function of step. Each epoch is a seeded permutation
+  grouped by bucket into full batches (a bucket's last partial batch is left
+  out of that epoch), in shuffled order. `batch_size` is one size for every
+  bucket or one per bucket (see batch_sizes).
   """
 
   def __init__(
@@ -116,7 +123,8 @@ class TrainBatches:
       )
     # bucket of each example
     self.bucket = np.searchsorted(self.boundaries, lengths)
-    # Full batches per bucket do not depend on the order, so every epoch has as many.
+    # Full batches per bucket do not depend on the order, so every epoch has
+    # the same number of them.
     self.num_batches = int(
         sum(
             np.sum(self.bucket == b) // size
@@ -131,7 +139,7 @@ class TrainBatches:
     self._cached_epoch: Tuple[int, List[np.ndarray]] = (-1, [])
 
   def epoch(self, epoch: int) -> List[np.ndarray]:
-    """The batches (arrays of example indices) of one epoch, in training order."""
+    """One epoch's batches (arrays of example indices), in training order."""
     if self._cached_epoch[0] != epoch:
       rng = np.random.default_rng([self.seed, 2, epoch])
       order = rng.permutation(len(self.split))
@@ -181,10 +189,11 @@ def training_batches(task: dataset.Task, config, devices: int = 1):
 def train_iterator(
     batches: TrainBatches, num_steps: int, rows=slice(None), prefetch: int = 4
 ):
-  """A Grain iterator over the batches of steps 0..num_steps-1, built ahead in a thread.
+  """A Grain iterator over the batches of steps 0..num_steps-1.
 
-  Its state ({'next_index': step}) is saved with each checkpoint (checkpoint.py),
-  so a resumed run continues on the batch an uninterrupted one would see.
+  The batches are built ahead in a thread. The iterator's state
+  ({'next_index': step}) is saved with each checkpoint (checkpoint.py), so a
+  resumed run continues on the batch an uninterrupted one would see.
   """
   dataset = grain.MapDataset.range(num_steps).map(
       functools.partial(_step_batch, batches, rows)

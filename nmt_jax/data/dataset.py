@@ -1,4 +1,4 @@
-"""What a task is: parallel id sequences (Split) and the splits of a task (Task).
+"""What a task is: parallel id sequences (Split) and a task's splits (Task).
 
 Every source and target sequence ends with EOS. Ragged stores variable-length
 rows flat, as the encoded-corpus cache holds them (encoding.py).
@@ -15,10 +15,11 @@ from nmt_jax.vocab import EOS
 
 
 class Ragged(collections.abc.Sequence):
-  """Variable-length int32 rows stored flat: row i is flat[offsets[i]:offsets[i + 1]].
+  """Variable-length int32 rows stored flat.
 
-  What the encoded-corpus cache holds (memory-mapped, so a large training split
-  costs neither loading time nor RAM until its rows are read).
+  Row i is flat[offsets[i]:offsets[i + 1]]. What the encoded-corpus cache
+  holds (memory-mapped, so a large training split costs neither loading time
+  nor RAM until its rows are read).
   """
 
   def __init__(self, flat: np.ndarray, offsets: np.ndarray):
@@ -50,7 +51,8 @@ class Ragged(collections.abc.Sequence):
 
   @classmethod
   def load(cls, prefix: str) -> 'Ragged':
-    # Plain ndarray views of the mapping: slicing an np.memmap costs ~3x more per row.
+    # Plain ndarray views of the mapping:
+    # slicing an np.memmap costs ~3x more per row.
     return cls(
         np.load(prefix + '.ids.npy', mmap_mode='r').view(np.ndarray),
         np.load(prefix + '.offsets.npy'),
@@ -61,8 +63,9 @@ class Ragged(collections.abc.Sequence):
 class Split:
   """Parallel id sequences; each source and target ends with EOS.
 
-  source/target: lists of arrays, or Ragged (from the encoded-corpus cache, where
-  the training split's texts are left out: only validation and test need them).
+  source/target: lists of arrays, or Ragged (from the encoded-corpus cache,
+  where the training split's texts are left out: only validation and test
+  need them).
   """
 
   source: Sequence[np.ndarray]
@@ -89,7 +92,10 @@ class Task:
 
 
 def sentences_split(lines: Sequence[str], vocab: vocab_lib.Vocab) -> Split:
-  """A source-only split from text lines (for `translate`); targets are a lone EOS."""
+  """A source-only split from text lines (for `translate`).
+
+  Each target is a lone EOS.
+  """
   source = [
       np.asarray(vocab.encode(line, line=i + 1), np.int32)
       for i, line in enumerate(lines)

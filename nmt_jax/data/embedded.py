@@ -27,7 +27,10 @@ def symbol_names(num_symbols: int) -> List[str]:
 def copy_examples(
     num: int, min_length: int, max_length: int, num_symbols: int, rng
 ) -> List[Tuple[np.ndarray, np.ndarray]]:
-  """Britz et al. 4.1: random symbols, lengths uniform in min..max_length, target = source."""
+  """Britz et al. 4.1: random symbols, target = source.
+
+  Lengths are uniform in min_length..max_length.
+  """
   lengths = rng.integers(min_length, max_length + 1, size=num)
   flat = rng.integers(0, num_symbols, size=int(lengths.sum()))
   pieces = np.split(flat, np.cumsum(lengths)[:-1])

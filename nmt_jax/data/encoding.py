@@ -1,4 +1,4 @@
-"""Real corpora as ids: vocabularies built into the workdir, encoding, the encoded cache.
+"""Real corpora as ids: vocabularies, encoding and the encoded cache.
 
 The vocabularies are built once from the training split (`--mode=prepare`, or
 the first training run) into `<workdir>/vocab/`. The encoded, length-filtered
@@ -34,10 +34,14 @@ def encode_split(
     max_length: int,
     where: str,
 ):
-  """-> (data.Split, {'empty': n, 'too_long': n}); max_length counts tokens without EOS."""
+  """-> (data.Split, {'empty': n, 'too_long': n}).
+
+  max_length counts tokens without EOS.
+  """
   split = dataset.Split([], [], [], [])
   dropped = {'empty': 0, 'too_long': 0}
-  chunk = 10_000  # lines encoded per call (SentencePiece encodes a list in one C++ call)
+  # Lines encoded per call (SentencePiece encodes a list in one C++ call).
+  chunk = 10_000
   for start in range(0, len(source_lines), chunk):
     sources = source_vocab.encode_lines(
         source_lines[start : start + chunk], start + 1
@@ -79,7 +83,10 @@ def encode_split(
 
 
 def vocab_files(data_config, directory: str) -> Dict[str, str]:
-  """{'source': path, 'target': path} (the same path twice for a shared vocabulary)."""
+  """{'source': path, 'target': path} of the vocabulary files.
+
+  The same path twice for a shared vocabulary.
+  """
   kind = data_config.vocab.kind
   if data_config.vocab.shared:
     path = vocab_lib.vocab_path(directory, kind, 'shared')
@@ -93,7 +100,7 @@ def vocab_files(data_config, directory: str) -> Dict[str, str]:
 def build_vocabs(
     data_config, directory: str, source_lines, target_lines
 ) -> Dict[str, str]:
-  """Trains the vocabularies on the training text and writes them to `directory`."""
+  """Trains vocabularies on the training text and writes them to `directory`."""
   v = data_config.vocab
   os.makedirs(directory, exist_ok=True)
   files = vocab_files(data_config, directory)
@@ -139,7 +146,10 @@ def require_workdir(data_config, workdir):
 
 
 def cache_key(data_config, vocab_paths: Dict[str, str], identity) -> str:
-  """Digest of everything the encoded splits depend on: data fields, vocabularies, sources."""
+  """Digest of everything the encoded splits depend on.
+
+  That is the data fields, the vocabularies and the sources.
+  """
   digest = hashlib.sha256()
   fields = {
       k: data_config[k]
@@ -156,7 +166,10 @@ def cache_key(data_config, vocab_paths: Dict[str, str], identity) -> str:
 
 
 def save_cache(task, directory: str):
-  """Writes the task's encoded splits to `directory` (atomically: a temporary directory renamed)."""
+  """Writes the task's encoded splits to `directory`, atomically.
+
+  They go to a temporary directory that is then renamed.
+  """
   tmp = f'{directory}.tmp-{os.getpid()}'
   os.makedirs(tmp, exist_ok=True)
   for name, split in (
@@ -207,10 +220,11 @@ def load_cache(directory: str):
 def cached_task(
     data_config, workdir: str, build_missing: bool, identity, names, read_lines
 ):
-  """The Task from <workdir>/data_cache/<key> when current, else read, encode and cache it.
+  """The Task from <workdir>/data_cache/<key> when current.
 
-  `read_lines()` -> {'train'|'eval'|'test': (source lines, target lines)}; it is only
-  called on a cache miss (reading and encoding WMT takes minutes, mapping the cache
+  Otherwise reads, encodes and caches it. `read_lines()` returns
+  {'train'|'eval'|'test': (source lines, target lines)} and is only called on
+  a cache miss (reading and encoding WMT takes minutes, mapping the cache
   seconds).
   """
   paths = vocab_files(data_config, os.path.join(workdir, 'vocab'))
@@ -248,7 +262,10 @@ def cached_task(
 def task_from_lines(
     data_config, workdir: str, build_missing: bool, lines, names
 ):
-  """lines: {'train'|'eval'|'test': (source lines, target lines)} -> Task (test optional)."""
+  """lines: {'train'|'eval'|'test': (source lines, target lines)} -> Task.
+
+  The 'test' entry is optional.
+  """
   directory = os.path.join(workdir, 'vocab')
   files = vocab_files(data_config, directory)
   if not all(os.path.exists(p) for p in files.values()):

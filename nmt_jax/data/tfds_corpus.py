@@ -26,7 +26,7 @@ TFDS_SPLITS = {'train': 'train', 'eval': 'validation', 'test': 'test'}
 
 
 def tfds_builder(data_config):
-  """The TFDS builder of `tfds:<builder>/<config>`, checked against data.*_lang."""
+  """The `tfds:<builder>/<config>` TFDS builder, checked against data.*_lang."""
   try:
     import tensorflow_datasets as tfds  # pylint: disable=g-import-not-at-top
   except ImportError:
@@ -70,7 +70,10 @@ def tfds_builder(data_config):
 
 
 def prepare(data_config):
-  """Downloads and prepares the dataset as array_record (the one step that may need the network)."""
+  """Downloads and prepares the dataset as array_record.
+
+  This is the one step that may need the network.
+  """
   tfds, builder, name, _ = tfds_builder(data_config)
   if builder.is_prepared():
     logging.info('%s is already prepared in %s', name, builder.data_dir)
@@ -84,7 +87,8 @@ def prepare(data_config):
             manual_dir=data_config.tfds_manual_dir or None
         )
     )
-  except Exception as e:  # pylint: disable=broad-except  (network, missing manual files, ...)
+  # Broad on purpose (network, missing manual files, ...).
+  except Exception as e:  # pylint: disable=broad-except
     first = (str(e).strip().splitlines() or [type(e).__name__])[0][:300]
     raise DataError(
         f'could not prepare {name} ({first}); without network, download its'
@@ -98,7 +102,10 @@ def _as_text(value) -> str:
 
 
 def load_task(data_config, workdir: Optional[str], build_missing: bool):
-  """The Task of a prepared `tfds:<builder>/<config>` corpus (read with tfds.data_source)."""
+  """The Task of a prepared `tfds:<builder>/<config>` corpus.
+
+  The corpus is read with tfds.data_source.
+  """
   tfds, builder, name, data_dir = tfds_builder(data_config)
   encoding.require_workdir(data_config, workdir)
   available = (
@@ -117,7 +124,8 @@ def load_task(data_config, workdir: Optional[str], build_missing: bool):
       source = tfds.data_source(
           name, split=tfds_split, data_dir=data_dir, download=False
       )
-    except Exception:  # pylint: disable=broad-except  (not prepared, or not as array_record)
+    # Broad on purpose (not prepared, or not as array_record).
+    except Exception:  # pylint: disable=broad-except
       raise DataError(
           f'{name} is not prepared (as array_record) in {builder.data_dir}; run'
           ' the same command with --mode=prepare first (it downloads the'

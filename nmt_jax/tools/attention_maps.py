@@ -45,9 +45,10 @@ def translate_with_attention(
     beam_size: int = 1,
     overrides: Optional[Dict[str, Any]] = None,
 ) -> List[Translation]:
-  """Decodes `sentences` with the workdir's best checkpoint, keeping the attention per step.
+  """Decodes `sentences` with the workdir's best checkpoint.
 
-  `overrides` changes config fields first, e.g. {'model.attention.tau': 1.2}.
+  Keeps the attention per step. `overrides` changes config fields first, e.g.
+  {'model.attention.tau': 1.2}.
   """
   config = workdirs.load_config(workdir)
   for field, value in (overrides or {}).items():

@@ -1,4 +1,4 @@
-"""Speed and memory benchmarks of training and decoding (the library of `nmt_jax.bench`).
+"""Speed and memory benchmarks of training and decoding, for `nmt_jax.bench`.
 
 train:  steady-state target tokens/s (real, non-PAD tokens), compile time,
         peak RSS, and the step's dense GFLOP/s next to XLA's rate on a plain
@@ -182,7 +182,10 @@ def bench_train(
 
 
 class DecodeBench:
-  """One config's decoders over the evaluation split; `time(mode)` runs it once."""
+  """One config's decoders over the evaluation split.
+
+  `time(mode)` makes one pass over the split.
+  """
 
   def __init__(
       self, config, workdir: Optional[str], num_sentences: Optional[int]
@@ -215,7 +218,10 @@ class DecodeBench:
     return {'greedy': 1, 'beam': self.config.decode.beam_size}.get(mode)
 
   def time(self, mode: str) -> Dict[str, float]:
-    """One pass over the split -> ms_per_sentence, sentences_per_sec, avg_window, compile_s."""
+    """One pass over the split.
+
+    Returns ms_per_sentence, sentences_per_sec, avg_window and compile_s.
+    """
     if mode == 'forced':
       return self._time_forced()
     _, info = self.evaluator.translate(

@@ -33,7 +33,7 @@ def write_synthetic_corpus(
     source_lang: str = 'de',
     target_lang: str = 'en',
 ):
-  """<prefix>.{train,dev}.{src,tgt}: Zipfian pseudo-words, lengths like news text.
+  """<prefix>.{train,dev}.{src,tgt}: Zipfian pseudo-words, news-like lengths.
 
   Lengths: lognormal around 22 words, clipped to 1..max_words; the target is a
   noisy, slightly longer rewrite of the source (so BPE sees two languages).

@@ -1,6 +1,7 @@
-"""Plots of runs (matplotlib, the 'notebooks' extra): curves, attention, trade-offs.
+"""Plots of runs: curves, attention, trade-offs.
 
-Every function returns the figure and, given a path, also writes it (PNG).
+Needs matplotlib (the 'notebooks' extra). Every function returns the figure
+and, given a path, also writes it (PNG).
 """
 
 import sys
@@ -16,7 +17,8 @@ RunRecord = runs_lib.RunRecord
 
 def _pyplot():
   try:
-    import matplotlib  # pylint: disable=g-import-not-at-top  (optional: the notebooks extra)
+    # Optional: the notebooks extra.
+    import matplotlib  # pylint: disable=g-import-not-at-top
   except ImportError as e:
     raise ImportError(
         'plots need matplotlib: pip install -e ".[notebooks]"'
@@ -72,7 +74,10 @@ def _finish(fig, path):
 def plot_attention(
     translation: Translation, path: Optional[str] = None, ax=None
 ):
-  """Heatmap of the attention weights [T, S]: target steps down, source tokens across."""
+  """Heatmap of the attention weights [T, S].
+
+  Target steps go down, source tokens across.
+  """
   plt = _pyplot()
   if translation.weights is None:
     raise ValueError(
@@ -110,8 +115,11 @@ def _label_axes(ax, translation: Translation):
 
 
 def plot_vision_span(translation: Translation, path: Optional[str] = None):
-  """Flexible attention (Shu & Nakayama Fig. 1b, 4): the kept source interval per step
-  over the attention weights, and the strength g(t) of the penalty per step."""
+  """Flexible attention (Shu & Nakayama Fig. 1b, 4).
+
+  The kept source interval per step over the attention weights, and the
+  strength g(t) of the penalty per step.
+  """
   plt = _pyplot()
   if 'first' not in translation.extras:
     raise ValueError(
@@ -154,8 +162,11 @@ def plot_vision_span(translation: Translation, path: Optional[str] = None):
 
 
 def plot_memory_attention(translation: Translation, path: Optional[str] = None):
-  """Memory attention (Britz et al. Fig. 6-8): encoder scores alpha [S, K], decoder scores
-  beta [T, K] and their product, the attention over source positions [T, S]."""
+  """Memory attention (Britz et al. Fig. 6-8).
+
+  Encoder scores alpha [S, K], decoder scores beta [T, K] and their product,
+  the attention over source positions [T, S].
+  """
   plt = _pyplot()
   if 'alpha' not in translation.extras:
     raise ValueError(
@@ -196,8 +207,10 @@ def plot_tau_tradeoff(
     references: Sequence[RunRecord] = (),
     path: Optional[str] = None,
 ):
-  """Shu & Nakayama Fig. 3: BLEU against the mean window (fraction of the source) over tau,
-  one curve per run with a tau sweep; `references` (e.g. global, local-p) as points.
+  """Shu & Nakayama Fig. 3: BLEU against the mean window over tau.
+
+  The window is a fraction of the source. One curve per run with a tau sweep;
+  `references` (e.g. global, local-p) as points.
   """
   plt = _pyplot()
   fig, ax = plt.subplots(figsize=(6.5, 4.5))
@@ -238,7 +251,8 @@ def plot_tau_tradeoff(
   return _finish(fig, path)
 
 
-# Axis labels for the results columns that plots use; any other column is its own label.
+# Axis labels for the results columns that plots use;
+# any other column is its own label.
 AXIS_LABELS = {
     'K': 'K (memory slots)',
     'L': 'L (maximum source length)',
@@ -259,10 +273,13 @@ def plot_results(
     logx: bool = False,
     baselines: Sequence[Dict[str, Any]] = (),
 ):
-  """Rows' `y` against `x`, one line per value of `group` (e.g. BLEU against K per L).
+  """Rows' `y` against `x`, one line per value of `group`.
 
-  group: a column or a tuple of columns; the first picks the colour, the others the
-  line style (e.g. ('L', 'PE'): one colour per length, solid/dashed per encoding).
+  E.g. BLEU against K, one line per L.
+
+  group: a column or a tuple of columns; the first picks the colour, the
+  others the line style (e.g. ('L', 'PE'): one colour per length,
+  solid/dashed per encoding).
   baselines: rows without an `x` (e.g. no attention, global attention), drawn as
   horizontal lines in their first-group colour, labelled with model_label.
   """
@@ -324,7 +341,10 @@ def plot_results(
 
 
 def plot_translation(translation: Translation, path: Optional[str] = None):
-  """The plot its kind names (attention.Attention.PLOT); None for no attention."""
+  """The plot its kind names (attention.Attention.PLOT).
+
+  None for no attention.
+  """
   plot = attention.get(translation.attention).PLOT
   if plot is None or translation.weights is None:
     return None

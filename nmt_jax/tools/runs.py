@@ -1,4 +1,4 @@
-"""Runs as data: load workdirs, tabulate their results (CSV, markdown, pivot tables).
+"""Runs as data: load workdirs, tabulate results (CSV, markdown, pivot tables).
 
   from nmt_jax.tools import runs
   run = runs.load_run('runs/memory_k64')
@@ -27,7 +27,10 @@ from nmt_jax import writers
 
 @dataclasses.dataclass
 class RunRecord:
-  """What a workdir holds: resolved config, metrics.jsonl records, evaluation, tau sweep."""
+  """What a workdir holds.
+
+  Its resolved config, metrics.jsonl records, evaluation and tau sweep.
+  """
 
   workdir: str
   config: Dict[str, Any]
@@ -43,7 +46,7 @@ class RunRecord:
     return self.label or os.path.basename(os.path.normpath(self.workdir))
 
   def records(self, split: str) -> List[Dict[str, Any]]:
-    """metrics.jsonl records of one split ('train', 'valid', 'eval'), by step."""
+    """One split's metrics.jsonl records ('train', 'valid', 'eval'), by step."""
     return [r for r in self.metrics if r.get('split') == split]
 
 
@@ -75,7 +78,7 @@ def _read_json(path: str):
 
 
 def find_workdirs(root: str) -> List[str]:
-  """Every directory under `root` (itself included) holding a config.json, sorted."""
+  """Directories under `root` (itself included) with a config.json, sorted."""
   found = []
   for directory, subdirs, files in os.walk(root):
     if 'config.json' in files:
@@ -92,7 +95,8 @@ def workdirs_from_env(
 ) -> List[str]:
   """Workdirs from a comma-separated string, else from the environment variable.
 
-  The notebooks read NMT_JAX_WORKDIR (one) and NMT_JAX_WORKDIRS (comma-separated).
+  The notebooks read NMT_JAX_WORKDIR (one) and NMT_JAX_WORKDIRS
+  (comma-separated).
   """
   value = value if value is not None else os.environ.get(variable, '')
   return [w.strip() for w in value.split(',') if w.strip()]
@@ -144,7 +148,7 @@ def result_row(run: RunRecord, root: Optional[str] = None) -> Dict[str, Any]:
       row[column] = _config_value(run.config, key)
     elif kind == 'eval':
       row[column] = evaluation.get(key)
-  # A column of an attention field is empty for kinds that do not read the field.
+  # An attention field's column is empty for kinds that do not read the field.
   fields = _attention_fields(row['attention'])
   for column, source in COLUMNS:
     field = source.partition('config:model.attention.')[2]
@@ -157,8 +161,9 @@ def result_row(run: RunRecord, root: Optional[str] = None) -> Dict[str, Any]:
   train = [
       r['tokens_per_sec'] for r in run.records('train') if 'tokens_per_sec' in r
   ]
-  # The first logging window includes compilation: leave it out when there are others. The
-  # median ignores a window stalled by something else on the machine (or a paused run).
+  # The first logging window includes compilation: leave it out when there
+  # are others. The median ignores a window stalled by something else on the
+  # machine (or a paused run).
   row['train_tokens_per_sec'] = (
       float(np.median(train[1:] or train)) if train else None
   )
@@ -170,7 +175,10 @@ def result_row(run: RunRecord, root: Optional[str] = None) -> Dict[str, Any]:
 def results_table(
     workdirs: Sequence[str], root: Optional[str] = None
 ) -> List[Dict[str, Any]]:
-  """One row per workdir (see COLUMNS); runs without an evaluation have empty eval columns."""
+  """One row per workdir (see COLUMNS).
+
+  Runs without an evaluation have empty eval columns.
+  """
   return [result_row(load_run(w), root) for w in workdirs]
 
 
@@ -197,7 +205,7 @@ def _cell(value) -> str:
 def markdown_table(
     rows: Sequence[Dict[str, Any]], columns: Optional[Sequence[str]] = None
 ) -> str:
-  """A GitHub markdown table; columns that are empty in every row are left out."""
+  """A GitHub markdown table; columns empty in every row are left out."""
   if not rows:
     return '(no runs)'
   columns = list(columns or rows[0])
@@ -214,7 +222,10 @@ def markdown_table(
 
 
 def _attention_fields(kind):
-  """The model.attention fields a registered kind reads (None: not registered here)."""
+  """The model.attention fields a registered kind reads.
+
+  None for a kind not registered here.
+  """
   try:
     return attention.get(kind).FIELDS
   except errors.ConfigError:
@@ -230,8 +241,10 @@ def _rank(kind) -> int:
 
 
 def model_label(row: Dict[str, Any], leave_out: str = '') -> str:
-  """'memory K=16 +PE (renorm)', 'global concat', 'none' from a results_table row
-  (without the column `leave_out`, e.g. the one a pivot table spreads over its columns).
+  """The model label of a results_table row, e.g. 'memory K=16 +PE (renorm)'.
+
+  More examples: 'global concat', 'none'. The label leaves out the column
+  `leave_out`, e.g. the one a pivot table spreads over its columns.
   """
   parts = [str(row['attention'])] if leave_out != 'attention' else []
   if row.get('score') is not None and leave_out != 'score':
@@ -248,10 +261,11 @@ def pivot_table(
     column: str,
     values: Sequence[str] = ('bleu', 'decode_s'),
 ) -> str:
-  """A markdown table with one row per model and `values` under each value of `column`.
+  """A markdown table: one row per model, `values` under each value of `column`.
 
-  E.g. column='L': Britz et al.'s Table 1 layout (BLEU and decoding time per length).
-  Two runs of the same model and `column` value are an error (the cell would be ambiguous).
+  E.g. column='L': Britz et al.'s Table 1 layout (BLEU and decoding time per
+  length). Two runs of the same model and `column` value are an error (the
+  cell would be ambiguous).
   """
   if not rows:
     return '(no runs)'
@@ -298,7 +312,10 @@ def pivot_table(
 
 
 def summary(run: RunRecord) -> Dict[str, Any]:
-  """The headline facts of a run: what it is, how far it got, its final evaluation."""
+  """The headline facts of a run.
+
+  What it is, how far it got, its final evaluation.
+  """
   row = result_row(run)
   train = run.records('train')
   row['last_step'] = train[-1]['step'] if train else 0

@@ -1,6 +1,8 @@
-"""Sweeps as a library: grids and sweep files -> runs, running them, the tau sweep.
+"""Sweeps as a library: grids and sweep files -> runs, running them, tau sweeps.
 
-The command line is nmt_jax/sweep.py (`python -m nmt_jax.sweep run|aggregate|tau`).
+The command line is nmt_jax/sweep.py:
+
+  python -m nmt_jax.sweep run|aggregate|tau
 """
 
 import dataclasses
@@ -76,7 +78,10 @@ def parse_assignment(text: str, flag: str):
 def grid_runs(
     config: str, grid: Sequence[str], common: Dict[str, object]
 ) -> List[Run]:
-  """The product of `grid` ('field=v1,v2') over one config; names say the values."""
+  """The product of `grid` ('field=v1,v2') over one config.
+
+  The run names say the values.
+  """
   axes = []
   for text in grid:
     field, values = parse_assignment(text, 'grid')
@@ -92,9 +97,10 @@ def grid_runs(
 
 
 def load_sweep(spec: str, common: Dict[str, object]) -> List[Run]:
-  """Runs of a sweep file `path[:arg]`: get_sweep(arg) -> [{'name', 'config', 'overrides'}].
+  """Runs of a sweep file `path[:arg]`.
 
-  A relative config path in the file is relative to the sweep file.
+  The file's get_sweep(arg) returns [{'name', 'config', 'overrides'}]. A
+  relative config path in the file is relative to the sweep file.
   """
   path, _, arg = spec.partition(':')
   if not os.path.isfile(path):
@@ -130,7 +136,10 @@ def load_sweep(spec: str, common: Dict[str, object]) -> List[Run]:
 
 
 def select_runs(runs: Sequence[Run], patterns: Sequence[str]) -> List[Run]:
-  """The runs whose names match one of the shell `patterns`; a pattern matching none is an error."""
+  """The runs whose names match one of the shell `patterns`.
+
+  A pattern matching none is an error.
+  """
   for pattern in patterns:
     if not any(fnmatch.fnmatchcase(run.name, pattern) for run in runs):
       raise errors.ConfigError(
@@ -160,8 +169,10 @@ def parse_shard(text: str):
 def run_sweep(
     runs: Sequence[Run], root: str, dry_run: bool = False, mode: str = 'train'
 ) -> List[str]:
-  """Trains each run unless its workdir is evaluated (mode 'eval': evaluates each trained run);
-  -> names of failed runs."""
+  """Trains each run unless its workdir is evaluated -> names of failed runs.
+
+  With mode 'eval', evaluates each trained run instead.
+  """
   failed = []
   for i, run in enumerate(runs):
     command = run.command(root, mode)
@@ -226,10 +237,11 @@ def run_sweep(
 def tau_sweep(
     config, workdir: str, taus: Sequence[float], beam_size: int
 ) -> List[Dict]:
-  """Evaluates the workdir's best checkpoint at each tau; writes <workdir>/tau_sweep.json.
+  """Evaluates the workdir's best checkpoint at each tau.
 
-  Rows of an earlier sweep of the same checkpoint are kept (a tau evaluated again is
-  replaced), so a second call with other taus adds points to the curve.
+  Writes <workdir>/tau_sweep.json. Rows of an earlier sweep of the same
+  checkpoint are kept (a tau evaluated again is replaced), so a second call
+  with other taus adds points to the curve.
   """
   config = validation.resolve(config)
   if 'tau' not in attention.get(config.model.attention.kind).FIELDS:
@@ -290,9 +302,11 @@ def tau_sweep(
 def write_plots(
     workdirs: Sequence[str], rows: Sequence[Dict], directory: str, root=None
 ) -> List[str]:
-  """learning_curves.png; memory runs: bleu_vs_K.png and decode_s_vs_K.png (one line per L
-  and position encoding, the other models as horizontal lines);
-  runs with a tau sweep: tau_tradeoff.png (the other runs as points). -> paths written.
+  """Writes plots of the workdirs to `directory` -> paths written.
+
+  learning_curves.png; memory runs: bleu_vs_K.png and decode_s_vs_K.png (one
+  line per L and position encoding, the other models as horizontal lines);
+  runs with a tau sweep: tau_tradeoff.png (the other runs as points).
   """
   os.makedirs(directory, exist_ok=True)
   runs = [runs_lib.load_run(w) for w in workdirs]
