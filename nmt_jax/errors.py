@@ -3,7 +3,7 @@
 `main` prints each UserError as one line and exits with status 2.
 """
 
-from typing import Any, Sequence
+from typing import Any
 
 
 class UserError(Exception):
@@ -63,11 +63,4 @@ def one_of(*choices: str):
           f'use one of {", ".join(choices)}',
       )
 
-  check.choices = choices
   return check
-
-
-def check_fields(section: Any, prefix: str, checks: Sequence):
-  """Runs (name, check) pairs on the fields of a config section."""
-  for name, check in checks:
-    check(f'{prefix}.{name}', section[name])

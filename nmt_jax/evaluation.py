@@ -62,15 +62,12 @@ def decode_split(
         parallel.shard_global_batch({'source': batch['source']}, mesh)['source']
         for _, batch in batches
     ]
-  executables, compile_seconds = timing.compile_by_shape(
+  compiled, compile_seconds = timing.compile_by_shape(
       decode_fn, [(params, source) for source in sources]
   )
 
   def run_pass():
-    outputs = [
-        executables[timing.shape_key((params, source))](params, source)
-        for source in sources
-    ]
+    outputs = [compiled(params, source) for source in sources]
     return (
         parallel.to_host(outputs)
         if mesh is not None

@@ -23,22 +23,27 @@ def shape_key(args) -> Hashable:
 
 def compile_by_shape(
     jitted, calls: Iterable[Tuple], warm: bool = True
-) -> Tuple[Dict[Hashable, Any], float]:
+) -> Tuple[Callable[..., Any], float]:
   """Compiles `jitted` once for each distinct argument shape among `calls`.
 
-  Returns ({shape_key(args): compiled executable}, seconds spent). With
-  `warm`, each executable also runs once on its first arguments (counted in
-  the seconds); leave it off when the function donates its arguments.
+  Returns (a function running the executable compiled for its arguments'
+  shapes, seconds spent compiling). With `warm`, each executable also runs
+  once on its first arguments (counted in the seconds); leave it off when the
+  function donates its arguments.
   """
   start = time.perf_counter()
-  executables = {}
+  executables: Dict[Hashable, Any] = {}
   for args in calls:
     key = shape_key(args)
     if key not in executables:
       executables[key] = jitted.lower(*args).compile()
       if warm:
         jax.block_until_ready(executables[key](*args))
-  return executables, time.perf_counter() - start
+
+  def run(*args):
+    return executables[shape_key(args)](*args)
+
+  return run, time.perf_counter() - start
 
 
 def timed(run: Callable[[], Any]) -> Tuple[Any, float]:

@@ -62,17 +62,8 @@ def make_mesh(config):
   """
   mesh = parallel.make_mesh(config.parallel.mesh_shape)
   parallel.check_divisible(config.train.batch_size, mesh, 'train.batch_size')
-  if (
-      config.data.batch_tokens
-  ):  # every bucket holds a batch of one row per device
-    longest = config.data.max_length + 1
-    boundaries = batching.bucket_boundaries(longest, config.data.num_buckets)
-    batching.batch_sizes(
-        boundaries,
-        config.train.batch_size,
-        config.data.batch_tokens,
-        mesh.devices.size,
-    )
+  # Every bucket holds a batch of a multiple of the device count.
+  batching.training_batch_sizes(config, mesh.devices.size)
   return mesh
 
 

@@ -89,7 +89,10 @@ def validate(config):
   else:
     errors.non_negative('data.vocab.size', vocab.size)
   _check_model(config.model)
-  _check_data(config.data, config.train.batch_size)
+  _check_data(config.data)
+  # data.batch_tokens holds a sentence of the longest bucket (train.make_mesh
+  # checks a multiple of the device count).
+  batching.training_batch_sizes(config)
   attention.validate(config)
   kind = attention.get(config.model.attention.kind)
   if config.train.beta and not kind.HAS_STRENGTH:
@@ -133,12 +136,7 @@ def _check_model(model):
     )
 
 
-def _check_data(data, batch_size):
-  if data.batch_tokens:
-    # Fits a sentence of the longest bucket (train.build checks it per device).
-    longest = data.max_length + 1
-    boundaries = batching.bucket_boundaries(longest, data.num_buckets)
-    batching.batch_sizes(boundaries, batch_size, data.batch_tokens)
+def _check_data(data):
   if data.min_length > data.max_length:
     raise errors.config_error(
         'data.min_length',

@@ -4,11 +4,14 @@ Subprocess tests (test_cli.py) get the same settings through `subprocess_env`.
 """
 
 import os
+import subprocess
+import sys
 import tempfile
 
 import jax
 import pytest
 
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CACHE_DIR = os.path.join(tempfile.gettempdir(), 'nmt_jax_test_xla_cache')
 
 # Halves compile times of the tiny test models (5.7 s -> 2.4 s for a small LSTM
@@ -28,6 +31,25 @@ def subprocess_env():
       'PYTHONUNBUFFERED': '1',
   })
   return env
+
+
+def run_module(module, *args, check=True, input_text=None, timeout=600):
+  """`python -m module args` from the repository root, as a user runs it.
+
+  With `check`, a non-zero exit is an AssertionError showing its stderr.
+  """
+  result = subprocess.run(
+      [sys.executable, '-m', module, *args],
+      cwd=ROOT,
+      env=subprocess_env(),
+      capture_output=True,
+      text=True,
+      input=input_text,
+      timeout=timeout,
+  )
+  if check and result.returncode != 0:
+    raise AssertionError(f'exit {result.returncode}\n{result.stderr[-3000:]}')
+  return result
 
 
 @pytest.fixture

@@ -1,29 +1,17 @@
 """`python -m nmt_jax.bench` runs and writes its JSON (no timing asserted)."""
 
 import json
-import subprocess
-import sys
 
 import pytest
 
 from nmt_jax.tools import bench_data
 from tests import conftest
-from tests.test_cli import ROOT
 
 pytestmark = pytest.mark.slow
 
 
 def bench(*args):
-  result = subprocess.run(
-      [sys.executable, '-m', 'nmt_jax.bench', *args],
-      cwd=ROOT,
-      env=conftest.subprocess_env(),
-      capture_output=True,
-      text=True,
-      timeout=600,
-  )
-  assert result.returncode == 0, result.stderr[-3000:]
-  return result
+  return conftest.run_module('nmt_jax.bench', *args)
 
 
 def test_bench_train_json(tmp_path):

@@ -23,18 +23,9 @@ pytestmark = pytest.mark.slow
 
 
 def nmt(*args, check=True, input_text=None, timeout=600):
-  result = subprocess.run(
-      [sys.executable, '-m', 'nmt_jax.main', *args],
-      cwd=ROOT,
-      env=conftest.subprocess_env(),
-      capture_output=True,
-      text=True,
-      input=input_text,
-      timeout=timeout,
+  return conftest.run_module(
+      'nmt_jax.main', *args, check=check, input_text=input_text, timeout=timeout
   )
-  if check and result.returncode != 0:
-    raise AssertionError(f'exit {result.returncode}\n{result.stderr[-3000:]}')
-  return result
 
 
 def snapshot(workdir):

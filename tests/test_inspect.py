@@ -3,8 +3,6 @@
 import csv
 import json
 import os
-import subprocess
-import sys
 
 import numpy as np
 import pytest
@@ -33,17 +31,7 @@ def get_sweep(arg=None):
 
 
 def sweep(*args, check=True):
-  result = subprocess.run(
-      [sys.executable, '-m', 'nmt_jax.sweep', *args],
-      cwd=ROOT,
-      env=conftest.subprocess_env(),
-      capture_output=True,
-      text=True,
-      timeout=900,
-  )
-  if check and result.returncode:
-    raise AssertionError(f'exit {result.returncode}\n{result.stderr[-3000:]}')
-  return result
+  return conftest.run_module('nmt_jax.sweep', *args, check=check, timeout=900)
 
 
 @pytest.fixture(scope='module')

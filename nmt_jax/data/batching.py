@@ -171,18 +171,28 @@ class TrainBatches:
     return make_batch(self.split, examples, length)
 
 
-def training_batches(task: dataset.Task, config, devices: int = 1):
-  """The TrainBatches of `task` as config.data and config.train say.
+def training_batch_sizes(config, devices: int = 1):
+  """(bucket boundaries, sentences per batch in each bucket) of a config.
 
-  `devices`: batches by tokens hold a multiple of this many sentences.
+  Every source's longest sequence is data.max_length + 1 (EOS). `devices`:
+  batches by tokens hold a multiple of this many sentences; a ConfigError
+  when data.batch_tokens cannot hold that many of the longest bucket.
   """
-  boundaries = bucket_boundaries(task.max_length, config.data.num_buckets)
+  boundaries = bucket_boundaries(
+      config.data.max_length + 1, config.data.num_buckets
+  )
   sizes = batch_sizes(
       boundaries,
       config.train.batch_size,
       config.data.batch_tokens,
       devices,
   )
+  return boundaries, sizes
+
+
+def training_batches(task: dataset.Task, config, devices: int = 1):
+  """The TrainBatches of `task` as config.data and config.train say."""
+  boundaries, sizes = training_batch_sizes(config, devices)
   return TrainBatches(task.train, sizes, boundaries, config.seed)
 
 

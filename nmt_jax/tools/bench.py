@@ -127,7 +127,7 @@ def bench_train(
       for length, rows in zip(batches.boundaries, batches.sizes)
   ]
   # Every bucket shape, ahead of time (donated state: compile only).
-  executables, compile_s = timing.compile_by_shape(
+  compiled_step, compile_s = timing.compile_by_shape(
       step_fn, [(state, sample) for sample in samples], warm=False
   )
 
@@ -139,8 +139,7 @@ def bench_train(
     def steps_pass():
       nonlocal state
       for batch in device:
-        step = executables[timing.shape_key((state, batch))]
-        state, metrics = step(state, batch)
+        state, metrics = compiled_step(state, batch)
       return metrics
 
     _, seconds = timing.timed(steps_pass)
@@ -212,7 +211,7 @@ class DecodeBench:
     self.mesh, self.params = mesh, params
     self.evaluator = evaluation.Evaluator(config, model, task, mesh)
     self.limit = num_sentences
-    self._forced = None  # (jitted executables, batches, sentences, compile s)
+    self._forced = None  # (compiled, calls, sentences, compile seconds)
 
   def beam_size(self, mode):
     return {'greedy': 1, 'beam': self.config.decode.beam_size}.get(mode)
@@ -248,15 +247,11 @@ class DecodeBench:
       sentences = sum(int(np.sum(rows >= 0)) for rows, _ in eval_batches)
       forced = jax.jit(functools.partial(decode.forced_decode, self.model))
       calls = [(self.params, b['source'], b['target_in']) for b in device]
-      executables, compile_s = timing.compile_by_shape(
-          forced, calls, warm=False
-      )
-      self._forced = (executables, calls, sentences, compile_s)
-    executables, calls, sentences, compile_s = self._forced
+      compiled, compile_s = timing.compile_by_shape(forced, calls, warm=False)
+      self._forced = (compiled, calls, sentences, compile_s)
+    compiled, calls, sentences, compile_s = self._forced
     outs, seconds = timing.timed(
-        lambda: jax.device_get(
-            [executables[timing.shape_key(args)](*args) for args in calls]
-        )
+        lambda: jax.device_get([compiled(*args) for args in calls])
     )
     window = sum(float(o.window_sum.sum()) for o in outs)
     count = sum(float(o.window_count.sum()) for o in outs)
