@@ -17,6 +17,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from nmt_jax import attention
 from nmt_jax import models
 from nmt_jax.vocab import BOS
 from nmt_jax.vocab import EOS
@@ -25,13 +26,38 @@ from nmt_jax.vocab import PAD
 NEG_INF = -jnp.inf
 
 
+class Windows(NamedTuple):
+  """Per-sentence sums over the (step, hypothesis) pairs decoded.
+
+  A pair counts while its hypothesis is live (greedy: until EOS; beam: every
+  live beam at each step until the sentence stops).
+  """
+
+  window: jax.Array  # [B] source positions attended ('window')
+  computed: jax.Array  # [B] positions actually scored ('computed')
+  steps: jax.Array  # [B] number of (step, hypothesis) pairs summed
+
+  @classmethod
+  def zeros(cls, batch: int) -> 'Windows':
+    zeros = jnp.zeros((batch,), jnp.float32)
+    return cls(zeros, zeros, zeros)
+
+  def add(self, diagnostics, live) -> 'Windows':
+    """Adds one step: live [B, N] hypotheses with diagnostics of [B * N]."""
+    shape = live.shape
+    total = lambda x: jnp.where(live, x.reshape(shape), 0.0).sum(1)
+    return Windows(
+        self.window + total(diagnostics['window']),
+        self.computed + total(attention.computed_positions(diagnostics)),
+        self.steps + live.sum(1),
+    )
+
+
 class DecodeOutput(NamedTuple):
   tokens: jax.Array  # [B, T] best hypothesis, EOS-terminated, PAD after
   # [B] its score (log-probability, length-normalised for beams)
   scores: jax.Array
-  # [B] sum of attention window sizes over steps (and live beams)
-  window_sum: jax.Array
-  window_count: jax.Array  # [B] number of (step, hypothesis) pairs summed
+  windows: Windows
   diagnostics: Optional[Dict[str, jax.Array]] = (
       None  # per step [B, T, ...] of the best hypothesis
   )
@@ -117,16 +143,13 @@ def greedy_search(
     return (i < steps) & ~jnp.all(done)
 
   def body(carry):
-    i, state, tokens, done, out, score, window_sum, window_count, history = (
-        carry
-    )
+    i, state, tokens, done, out, score, windows, history = carry
     state, logits, diagnostics = step_fn(state, tokens)
     log_probs = restrict(jax.nn.log_softmax(logits), i, limits)
     best = jnp.argmax(log_probs, axis=-1).astype(jnp.int32)
     live = ~done
     score = score + jnp.where(live, jnp.max(log_probs, axis=-1), 0.0)
-    window_sum = window_sum + jnp.where(live, diagnostics['window'], 0.0)
-    window_count = window_count + live
+    windows = windows.add(diagnostics, live[:, None])
     tokens = jnp.where(live, best, PAD)
     out = out.at[:, i].set(tokens)
     if history is not None:
@@ -140,27 +163,24 @@ def greedy_search(
         done | (tokens == EOS),
         out,
         score,
-        window_sum,
-        window_count,
+        windows,
         history,
     )
 
-  zeros = jnp.zeros((batch,), jnp.float32)
   init = (
       jnp.int32(0),
       state,
       jnp.full((batch,), BOS, jnp.int32),
       jnp.zeros((batch,), bool),
       jnp.full((batch, steps), PAD, jnp.int32),
-      zeros,
-      zeros,
-      zeros,
+      jnp.zeros((batch,), jnp.float32),
+      Windows.zeros(batch),
       history,
   )
-  _, _, _, _, out, score, window_sum, window_count, history = (
-      jax.lax.while_loop(cond, body, init)
+  _, _, _, _, out, score, windows, history = jax.lax.while_loop(
+      cond, body, init
   )
-  return DecodeOutput(out, score, window_sum, window_count, history)
+  return DecodeOutput(out, score, windows, history)
 
 
 class BeamState(NamedTuple):
@@ -171,8 +191,7 @@ class BeamState(NamedTuple):
   fin_seqs: jax.Array  # [B, K, T]
   fin_scores: jax.Array  # [B, K] length-normalised (-inf: empty slot)
   decoder: Any  # DecoderState, leaves [B * K, ...]
-  window_sum: jax.Array  # [B]
-  window_count: jax.Array  # [B]
+  windows: Windows
   live_history: Any  # diagnostics [B, K, T, ...] or None
   fin_history: Any
 
@@ -279,11 +298,7 @@ def beam_search(
     fin_seqs = gather(jnp.concatenate([s.fin_seqs, top_seqs], 1), fin_pos)
 
     # Statistics over the hypotheses that were live at this step.
-    was_live = ((s.live_logp > NEG_INF) & ~rows_done(s)[:, None]).reshape(-1)
-    window = (
-        jnp.where(was_live, diagnostics['window'], 0.0).reshape(batch, k).sum(1)
-    )
-    count = was_live.reshape(batch, k).sum(1)
+    was_live = (s.live_logp > NEG_INF) & ~rows_done(s)[:, None]  # [B, K]
 
     live_history, fin_history = s.live_history, s.fin_history
     if live_history is not None:
@@ -314,8 +329,7 @@ def beam_search(
         fin_seqs,
         fin_scores,
         decoder,
-        s.window_sum + window,
-        s.window_count + count,
+        s.windows.add(diagnostics, was_live),
         live_history,
         fin_history,
     )
@@ -329,8 +343,7 @@ def beam_search(
       fin_seqs=seqs,
       fin_scores=jnp.full((batch, k), NEG_INF),
       decoder=decoder,
-      window_sum=jnp.zeros((batch,)),
-      window_count=jnp.zeros((batch,)),
+      windows=Windows.zeros(batch),
       live_history=live_history,
       fin_history=fin_history,
   )
@@ -355,8 +368,7 @@ def beam_search(
   return DecodeOutput(
       nbest_tokens[:, 0],
       nbest_scores[:, 0],
-      s.window_sum,
-      s.window_count,
+      s.windows,
       history,
       nbest_tokens,
       nbest_scores,
@@ -372,12 +384,10 @@ def forced_decode(
   """
   logits, diagnostics = model.apply({'params': params}, source, target_in)
   valid = target_in != PAD  # [B, T]
-  window = jnp.where(valid, diagnostics['window'], 0.0)
   return DecodeOutput(
       jnp.argmax(logits, -1).astype(jnp.int32),
       jnp.zeros(source.shape[:1]),
-      window.sum(1),
-      valid.sum(1).astype(jnp.float32),
+      Windows.zeros(source.shape[0]).add(diagnostics, valid),
   )
 
 

@@ -107,8 +107,13 @@ def get_config(arg=None):
   # Decoder initial state: 'dense' (tanh projection of the encoder's final
   # states), 'copy' (same layer counts required) or 'zero'.
   config.model.bridge = 'dense'
-  # Optional extra tanh layer between htilde_t and the softmax (Shu: 600).
-  # 0 = none.
+  # The readout htilde_t before the softmax: 'luong' (tanh(W_c [c_t; h_t]),
+  # Luong's attentional state) or 'bahdanau_maxout' (Bahdanau's deep output:
+  # maxout over pairs of U_o q_t + V_o E y_{t-1} + C_o c_t, q_t the attention
+  # query); readout_size units (0 = hidden_size).
+  config.model.readout = 'luong'
+  config.model.readout_size = 0
+  # Optional extra tanh layer between htilde_t and the softmax. 0 = none.
   config.model.output_hidden_size = 0
   # Initial forget-gate bias (flax's cells start at 0; 1 trains better).
   config.model.forget_bias = 1.0
@@ -140,8 +145,16 @@ def get_config(arg=None):
   # on at most this many sentences (the final evaluation uses all of them).
   config.train.eval_beam_size = 1
   config.train.eval_num_sentences = 1_000
-  # Flexible attention fine-tuning: loss -= beta * mean_t g(t).
+  # Flexible attention fine-tuning rewards strong position penalties g(t):
+  # 'sentence' (Shu & Nakayama eq. 9): J = sum over sentences of
+  # (NLL - beta * mean_t g(t)), divided by the batch's target tokens like the
+  # NLL; 'token': J = mean-token NLL - beta * mean-token g(t) (beta then
+  # weighs ~mean target length times more). 0 = off.
   config.train.beta = 0.0
+  config.train.beta_normalization = 'sentence'
+  # Train for this many epochs of the training split instead of num_steps
+  # (0 = use num_steps); fine-tuning sets 1.
+  config.train.num_epochs = 0.0
   # Start from the best checkpoint of another workdir (fine-tuning).
   config.train.init_from = ''
 
@@ -229,25 +242,38 @@ def wmt17_de_en(config):
   config.decode.beam_size = 10
 
 
+def rnnsearch(config):
+  """Shu & Nakayama's base model (RNNsearch, Bahdanau) at any size.
+
+  The query is h_{t-1}, the context and the previous word feed the decoder
+  LSTM (no input feeding), the concat (additive) score, one readout layer
+  before the softmax.
+  """
+  config.model.query = 'previous'
+  config.model.input_feeding = False
+  config.model.attention.score = 'concat'
+  config.model.readout = 'luong'
+  config.model.output_hidden_size = 0
+
+
 def shu_de_en(config):
   """Shu & Nakayama 2017 5.1: RNNsearch (Bahdanau) base model on WMT'15 De-En.
 
+  One 600-unit layer before the softmax (the readout, tanh(W_c [c_t; h_t])).
   Their encoder has 1000 units per direction; ours splits hidden_size between
   the two directions (a documented deviation).
   """
+  rnnsearch(config)
   config.data.name = 'tfds:wmt15_translate/de-en'
   config.data.source_lang, config.data.target_lang = 'de', 'en'
   config.data.max_length = 50
   config.model.embed_size = config.model.hidden_size = 1000
   config.model.num_encoder_layers = config.model.num_decoder_layers = 1
-  config.model.query = 'previous'
-  config.model.input_feeding = False
-  config.model.output_hidden_size = 600
+  config.model.readout_size = 600
   # 50k-word vocabularies per side, the rest <unk>; pairs over 50 words dropped.
   config.data.vocab.kind = 'word'
   config.data.vocab.size = 50_000
   config.data.vocab.shared = False
-  config.model.attention.score = 'concat'
   config.model.attention.sigma = 1.5
   config.model.dropout = 0.0
   config.train.batch_size = 64
@@ -286,6 +312,7 @@ PRESETS = {
     'copyN': copy,
     'chunk': chunk,
     'wmt17_de_en': wmt17_de_en,
+    'rnnsearch': rnnsearch,
     'shu_de_en': shu_de_en,
     'tiny': tiny,
 }

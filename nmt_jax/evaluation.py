@@ -48,8 +48,8 @@ def decode_split(
   `decode_seconds` is the fastest pass (the least disturbed by other work on
   the machine); `decode_seconds_all` lists every pass.
   Returns (hypotheses: id arrays in split order, without EOS; statistics:
-  window_sum, window_count, window_fraction_sum, decode_seconds,
-  compile_seconds).
+  'windows' (decode.Windows of numpy [N] arrays in split order),
+  'source_lengths' [N] (EOS included), decode_seconds, compile_seconds).
   """
   count = len(split) if limit is None else min(limit, len(split))
   batches = list(
@@ -80,14 +80,8 @@ def decode_split(
     passes.append(seconds)
 
   hypotheses = [None] * count
-  stats = {
-      'window_sum': 0.0,
-      'window_count': 0.0,
-      'window_fraction_sum': 0.0,
-      'decode_seconds': min(passes),
-      'decode_seconds_all': passes,
-      'compile_seconds': compile_seconds,
-  }
+  windows = decode.Windows(*(np.zeros(count) for _ in decode.Windows._fields))
+  source_lengths = np.zeros(count)
   for (rows, batch), out in zip(batches, outputs):
     lengths = np.sum(batch['source'] != PAD, axis=1)
     for row, index in enumerate(rows):
@@ -98,21 +92,49 @@ def decode_split(
       hypotheses[index] = (
           tokens[: end[0]] if len(end) else tokens[tokens != PAD]
       )
-      stats['window_sum'] += float(out.window_sum[row])
-      stats['window_count'] += float(out.window_count[row])
-      stats['window_fraction_sum'] += float(out.window_sum[row]) / lengths[row]
+      for total, sums in zip(windows, out.windows):
+        total[index] = sums[row]
+      source_lengths[index] = lengths[row]
+  stats = {
+      'windows': windows,
+      'source_lengths': source_lengths,
+      'decode_seconds': min(passes),
+      'decode_seconds_all': passes,
+      'compile_seconds': compile_seconds,
+  }
   return hypotheses, stats
 
 
-def window_metrics(stats) -> Dict[str, float]:
-  """avg_window: mean positions scored per (step, hypothesis).
+def window_metrics(windows, source_lengths) -> Dict[str, float]:
+  """Attention window statistics of decoded sentences.
 
-  avg_window_fraction: the same, as a fraction of |S|.
+  `windows`: decode.Windows of per-sentence sums [N]; `source_lengths` [N]
+  (EOS included).
+    avg_window             Shu & Nakayama's measure: the mean over sentences
+                           of each sentence's mean window over its steps
+                           (and live beam hypotheses). Unpruned attention
+                           gives the mean source length.
+    avg_window_steps       the window pooled over all (step, hypothesis)
+                           pairs: long sentences weigh more (sum(T*S)/sum(T)
+                           for global attention).
+    avg_computed           as avg_window, of the positions actually scored:
+                           local attention's 2D+1, flexible attention's
+                           bucket width, global attention's padded length.
+    *_fraction             the per-sentence means divided by that sentence's
+                           source length, averaged over sentences.
+    avg_source_length      mean source length.
   """
-  count = max(stats['window_count'], 1.0)
+  if not len(source_lengths):  # nothing decoded
+    windows, source_lengths = decode.Windows(*np.zeros((3, 1))), np.ones(1)
+  steps = np.maximum(windows.steps, 1.0)
+  window, computed = windows.window / steps, windows.computed / steps
   return {
-      'avg_window': stats['window_sum'] / count,
-      'avg_window_fraction': stats['window_fraction_sum'] / count,
+      'avg_window': float(np.mean(window)),
+      'avg_window_fraction': float(np.mean(window / source_lengths)),
+      'avg_window_steps': float(np.sum(windows.window) / np.sum(steps)),
+      'avg_computed': float(np.mean(computed)),
+      'avg_computed_fraction': float(np.mean(computed / source_lengths)),
+      'avg_source_length': float(np.mean(source_lengths)),
   }
 
 
@@ -172,7 +194,7 @@ class Evaluator:
         timing_repeats=self.config.decode.timing_repeats,
     )
     count = max(len(hyps), 1)
-    info = window_metrics(stats)
+    info = window_metrics(stats['windows'], stats['source_lengths'])
     info['decode_ms_per_sentence'] = 1000 * stats['decode_seconds'] / count
     info['decode_compile_seconds'] = stats['compile_seconds']
     if len(stats['decode_seconds_all']) > 1:

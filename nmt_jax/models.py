@@ -4,10 +4,14 @@ Encoder: embeddings, a stack of LSTM layers (the bottom one, or all,
 bidirectional), dropout between layers; its top-layer states hbar_s are the
 memory the attention kinds read. Decoder: embeddings, a stack of LSTM layers
 initialised from the encoder (bridge), optional input feeding of
-htilde_{t-1}, the attentional state htilde_t = tanh(W_c [c_t; h_t]), an
-optional extra hidden layer, and p(y_t) = softmax(W_s htilde_t). The query is
-h_t (Luong, model.query='current') or h_{t-1} (Bahdanau, 'previous': the
-context then also feeds the LSTM input).
+htilde_{t-1}, a readout htilde_t, an optional extra hidden layer, and
+p(y_t) = softmax(W_s htilde_t). The query is h_t (Luong,
+model.query='current') or h_{t-1} (Bahdanau, 'previous': the context then
+also feeds the LSTM input). The readout (model.readout) is Luong's
+attentional state htilde_t = tanh(W_c [c_t; h_t]) ('luong') or Bahdanau's
+deep output ('bahdanau_maxout'): htilde_t = maxout_2(U_o q_t + V_o E y_{t-1}
++ C_o c_t), q_t the query state (Bahdanau: s_{t-1}). Both have
+model.readout_size units (0 = hidden_size).
 
 One `Decoder.step` serves teacher forcing (scanned over the target by
 `nn.scan`) and decoding (called once per step by `decode.py` through
@@ -154,8 +158,15 @@ class Decoder(nn.Module):
         h_size, cfg.num_decoder_layers, cfg.dropout, cfg.forget_bias
     )
     self.attention = attention_lib.make(cfg.attention, h_size)
-    if self.attention.HAS_CONTEXT:
-      self.combine = nn.Dense(h_size, use_bias=False)  # W_c
+    readout_size = cfg.readout_size or h_size
+    if cfg.readout == 'bahdanau_maxout':
+      # Two pre-activations per unit, max-pooled.
+      self.readout_state = nn.Dense(2 * readout_size, use_bias=False)  # U_o
+      self.readout_input = nn.Dense(2 * readout_size, use_bias=False)  # V_o
+      if self.attention.HAS_CONTEXT:
+        self.readout_context = nn.Dense(2 * readout_size, use_bias=False)
+    elif self.attention.HAS_CONTEXT:
+      self.combine = nn.Dense(readout_size, use_bias=False)  # W_c
     if cfg.bridge == 'dense':
       self.bridge_c = [nn.Dense(h_size) for _ in range(cfg.num_decoder_layers)]
       self.bridge_h = [nn.Dense(h_size) for _ in range(cfg.num_decoder_layers)]
@@ -171,6 +182,7 @@ class Decoder(nn.Module):
     cache = self.attention.prepare(memory, lengths)
     attention_state = self.attention.initial_state(cache)
     zeros = jnp.zeros((batch, cfg.hidden_size), memory.dtype)
+    feed = jnp.zeros((batch, self.readout_width()), memory.dtype)
     carries = []
     for layer in range(cfg.num_decoder_layers):
       c, h = encoder_finals[min(layer, len(encoder_finals) - 1)]
@@ -184,7 +196,7 @@ class Decoder(nn.Module):
         carries.append((zeros, zeros))
     state = DecoderState(
         lstm=tuple(carries),
-        feed=zeros,
+        feed=feed,
         attention=attention_state,
         t=jnp.zeros((batch,), jnp.int32),
     )
@@ -210,6 +222,7 @@ class Decoder(nn.Module):
     )
     attention_state = state.attention
     extra = []
+    query = prev_h
     if cfg.query == 'previous':
       # Bahdanau: attend from h_{t-1}; the context feeds this step's LSTM.
       context, attention_state, diagnostics = self.attention(
@@ -222,18 +235,35 @@ class Decoder(nn.Module):
     h = carries[-1][1]
     if cfg.query == 'current':
       # Luong: attend from h_t.
+      query = h
       context, attention_state, diagnostics = self.attention(
           h, cache, attention_state, step_inputs, with_weights, train
       )
-    htilde = self.attentional_state(context, h)
+    htilde = self.readout(context, h, query, emb)
     htilde = self.dropout(htilde, deterministic=not train)
     state = DecoderState(
         lstm=carries, feed=htilde, attention=attention_state, t=state.t + 1
     )
     return state, htilde, diagnostics
 
-  def attentional_state(self, context, h):
-    """htilde_t = tanh(W_c [c_t; h_t]), or h_t for a kind without context."""
+  def readout_width(self) -> int:
+    """Units of htilde_t."""
+    cfg = self.config
+    if cfg.readout == 'luong' and not self.attention.HAS_CONTEXT:
+      return cfg.hidden_size
+    return cfg.readout_size or cfg.hidden_size
+
+  def readout(self, context, h, query, emb):
+    """htilde_t [B, readout_width] from c_t, h_t, the query state, E y_{t-1}.
+
+    'luong': tanh(W_c [c_t; h_t]) (h_t for a kind without context);
+    'bahdanau_maxout': max over unit pairs of U_o query + V_o emb + C_o c_t.
+    """
+    if self.config.readout == 'bahdanau_maxout':
+      pre = self.readout_state(query) + self.readout_input(emb)
+      if self.attention.HAS_CONTEXT:
+        pre = pre + self.readout_context(context)
+      return pre.reshape(pre.shape[:-1] + (-1, 2)).max(-1)
     if not self.attention.HAS_CONTEXT:
       return h
     return jnp.tanh(self.combine(jnp.concatenate([context, h], axis=-1)))

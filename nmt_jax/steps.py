@@ -103,6 +103,23 @@ def cross_entropy(logits, targets, label_smoothing: float = 0.0):
   return jnp.sum(loss * weights), jnp.sum(weights)
 
 
+def strength_reward(strength, mask, normalization: str):
+  """The penalty strengths g(t) [B, T] that fine-tuning rewards, summed.
+
+  Shu & Nakayama's objective (eq. 9) is, per sentence, the summed NLL minus
+  beta times the sentence's mean g(t): 'sentence' returns sum_i mean_t g_i(t)
+  so that (NLL sum - beta * this) / tokens is that objective scaled by
+  1 / tokens, the scale of the token-mean loss. 'token' returns
+  sum_{i,t} g_i(t): beta then weighs each step like a token's NLL, about
+  mean-target-length times more than the paper's beta.
+  """
+  strength = jnp.where(mask, strength, 0.0)
+  if normalization == 'token':
+    return jnp.sum(strength)
+  steps = jnp.maximum(jnp.sum(mask, axis=1), 1)
+  return jnp.sum(jnp.sum(strength, axis=1) / steps)
+
+
 def train_step(
     state: TrainState, batch, *, model, optimizer, config, axis_name=None
 ):
@@ -135,11 +152,12 @@ def train_step(
     all_tokens = jnp.maximum(total(tokens), 1.0)
     loss = loss_sum / all_tokens
     if config.train.beta:
-      # Shu & Nakayama fine-tuning rewards strong penalties:
-      # J = NLL - beta * mean_t g(t).
-      mask = batch['target_out'] != PAD
-      strength = jnp.where(mask, diagnostics['strength'], 0.0)
-      loss = loss - config.train.beta * jnp.sum(strength) / all_tokens
+      reward = strength_reward(
+          diagnostics['strength'],
+          batch['target_out'] != PAD,
+          config.train.beta_normalization,
+      )
+      loss = loss - config.train.beta * reward / all_tokens
     return loss, (loss_sum, tokens)
 
   grad_fn = jax.value_and_grad(loss_fn, has_aux=True)

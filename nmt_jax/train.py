@@ -67,14 +67,32 @@ def make_mesh(config):
   return mesh
 
 
+def with_epochs(config, steps_per_epoch: int):
+  """`config` with train.num_steps from train.num_epochs, when that is set."""
+  if not config.train.num_epochs:
+    return config
+  config = config.copy_and_resolve_references()
+  steps = max(1, math.ceil(config.train.num_epochs * steps_per_epoch))
+  config.train.num_steps = steps
+  logging.info(
+      'train.num_epochs=%g: %d steps of %d per epoch',
+      config.train.num_epochs,
+      steps,
+      steps_per_epoch,
+  )
+  return config
+
+
 def build(config, workdir=None, mesh=None) -> Setup:
   """Resolved config -> data, model, optimizer and the step-0 state.
 
   Real corpora build their vocabularies into `<workdir>/vocab` if missing.
+  `Setup.config` has train.num_steps derived from train.num_epochs (if set).
   """
   mesh = mesh or make_mesh(config)
   task = data.load_task(config.data, config.seed, workdir, build_vocab=True)
   batches = batching.training_batches(task, config, mesh.devices.size)
+  config = with_epochs(config, batches.num_batches)
   model = steps.create_model(config, task)
   optimizer, schedule = steps.create_optimizer(
       config.train, batches.num_batches
@@ -120,10 +138,10 @@ def train_and_evaluate(config, workdir: str) -> Dict[str, Any]:
   mesh = make_mesh(config)
   workdirs.prepare(workdir)
   lead = jax.process_index() == 0
-  t = config.train
 
   # ------------------------------------------------------------ data and model
   setup = build(config, workdir, mesh)
+  config, t = setup.config, setup.config.train
   task, batches, state = setup.task, setup.batches, setup.state
   num_params = sum(x.size for x in jax.tree_util.tree_leaves(state.params))
   logging.info(

@@ -495,7 +495,13 @@ def test_beam_one_equals_greedy_and_state_follows_the_beams(kind, extra):
       )
   )(params, source)
   np.testing.assert_array_equal(greedy.tokens, beam1.tokens)
-  np.testing.assert_allclose(greedy.window_sum, beam1.window_sum, rtol=1e-6)
+  for field in decode.Windows._fields:
+    np.testing.assert_allclose(
+        getattr(greedy.windows, field),
+        getattr(beam1.windows, field),
+        rtol=1e-6,
+        err_msg=field,
+    )
   # With K = 3 the per-step diagnostics returned for the best hypothesis must equal those of
   # teacher-forcing it: its recurrent attention state (p_{t-1}, ...) was reordered with it.
   beam3 = jax.jit(

@@ -3,6 +3,7 @@
 import hashlib
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -306,12 +307,21 @@ def test_flexible_finetuning_runs_from_a_trained_workdir(
       *QUICK,
       f'--config.train.init_from={trained_flexible}',
       '--config.model.attention.tau=1.2',
+      '--config.data.num_train=40',  # a few batches of 8
+      '--config.train.eval_every=100',
   )
   assert 'initialised from' in out.stderr
+  # One epoch by default: as many steps as the split has batches.
+  epoch = re.search(r'num_epochs=1: (\d+) steps of (\d+) per epoch', out.stderr)
+  assert epoch and epoch[1] == epoch[2] and 3 <= int(epoch[1]) <= 5
+  with open(os.path.join(workdir, 'config.json')) as f:
+    assert json.load(f)['train']['num_steps'] == int(epoch[1])
   with open(os.path.join(workdir, 'eval_results.json')) as f:
     result = json.load(f)
+  assert result['checkpoint_step'] == int(epoch[1])
   # tau = 1.2 drops positions: the window is a fraction of the source, not all of it.
   assert 0 < result['avg_window_fraction'] < 1
+  assert result['avg_window'] <= result['avg_computed']
 
 
 def test_init_from_another_kind_or_shape_is_refused(

@@ -216,9 +216,10 @@ def test_window_statistics_count_live_steps():
   result = _greedy(model, params, source)
   lengths = np.sum(source != PAD, axis=1)
   steps = np.array([len(_strip(t)) for t in result.tokens])
-  np.testing.assert_array_equal(result.window_count, steps)
-  # global attention scores all S
-  np.testing.assert_allclose(result.window_sum, steps * lengths)
+  np.testing.assert_array_equal(result.windows.steps, steps)
+  # global attention attends to the sentence and scores all padded positions
+  np.testing.assert_allclose(result.windows.window, steps * lengths)
+  np.testing.assert_allclose(result.windows.computed, steps * source.shape[1])
 
 
 def test_diagnostics_follow_the_best_hypothesis():

@@ -186,6 +186,7 @@ def test_aggregate_writes_csv_and_markdown(runs, tmp_path):
       'decode_s_vs_K.png',
       'learning_curves.png',
       'tau_tradeoff.png',
+      'tau_tradeoff_computed.png',
   ]
   with open(f'{tmp_path}/r.csv') as f:
     rows = {row['run']: row for row in csv.DictReader(f)}

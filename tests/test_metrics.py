@@ -1,7 +1,9 @@
 """Metric wrappers: sacreBLEU called the right way, RIBES edge cases."""
 
 import numpy as np
+import pytest
 
+from nmt_jax import decode
 from nmt_jax import evaluation
 from nmt_jax import metrics
 
@@ -26,16 +28,28 @@ def test_ribes_survives_degenerate_hypotheses():
   assert 0 <= metrics.ribes(['a'], ['b c']) <= 1
 
 
-def test_window_metrics():
-  result = evaluation.window_metrics(
-      {'window_sum': 30.0, 'window_count': 10.0, 'window_fraction_sum': 5.0}
+def test_window_metrics_average_sentences_then_steps():
+  # Sentence 1: 2 steps attending 3 positions each of a 4-token source,
+  # 8 scored; sentence 2: 4 steps attending 5 of 10, 16 scored.
+  windows = decode.Windows(
+      window=np.array([6.0, 20.0]),
+      computed=np.array([16.0, 64.0]),
+      steps=np.array([2.0, 4.0]),
   )
-  assert result == {'avg_window': 3.0, 'avg_window_fraction': 0.5}
-  assert np.isfinite(
-      evaluation.window_metrics(
-          {'window_sum': 0.0, 'window_count': 0.0, 'window_fraction_sum': 0.0}
-      )['avg_window']
+  result = evaluation.window_metrics(windows, np.array([4.0, 10.0]))
+  expected = {
+      'avg_window': (3 + 5) / 2,  # Shu: per sentence, then over sentences
+      'avg_window_fraction': (3 / 4 + 5 / 10) / 2,
+      'avg_window_steps': 26 / 6,  # pooled over the 6 steps
+      'avg_computed': (8 + 16) / 2,
+      'avg_computed_fraction': (8 / 4 + 16 / 10) / 2,
+      'avg_source_length': 7.0,
+  }
+  assert result == pytest.approx(expected)
+  empty = evaluation.window_metrics(
+      decode.Windows(*np.zeros((3, 0))), np.zeros(0)
   )
+  assert all(np.isfinite(v) for v in empty.values())
 
 
 def test_tokenized_bleu_scores_moses_tokens_of_detokenized_text():

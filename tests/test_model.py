@@ -12,19 +12,26 @@ import pytest
 from nmt_jax import models
 from tests import helpers
 
+MAXOUT = (('readout', 'bahdanau_maxout'),)
 VARIANTS = [
-    ('none', 'dot', 'current'),
-    ('global', 'dot', 'current'),
-    ('global', 'general', 'current'),
-    ('global', 'concat', 'previous'),
-    ('global', 'location', 'current'),
-    ('global', 'general', 'previous'),
+    ('none', 'dot', 'current', ()),
+    ('global', 'dot', 'current', ()),
+    ('global', 'general', 'current', ()),
+    ('global', 'concat', 'previous', ()),
+    ('global', 'location', 'current', ()),
+    ('global', 'general', 'previous', ()),
+    ('global', 'concat', 'previous', MAXOUT),
+    ('none', 'dot', 'current', MAXOUT),
+    # input feeding of a readout narrower than the LSTM
+    ('global', 'general', 'current', (('readout_size', 6),)),
+    # the rnnsearch preset's decoder
+    ('global', 'concat', 'previous', (('input_feeding', False),)),
 ]
 
 
 @functools.lru_cache(maxsize=None)
-def _setup(kind, score, query):
-  config = helpers.tiny_config(kind, score, query=query)
+def _setup(kind, score, query, extra=()):
+  config = helpers.tiny_config(kind, score, query=query, **dict(extra))
   model = helpers.make_model(config)
   params = helpers.init_params(model, seed=1)
   return (
@@ -34,9 +41,9 @@ def _setup(kind, score, query):
   )
 
 
-@pytest.mark.parametrize('kind,score,query', VARIANTS)
-def test_stepwise_decoding_equals_scanned_forward(kind, score, query):
-  model, params, _ = _setup(kind, score, query)
+@pytest.mark.parametrize('kind,score,query,extra', VARIANTS)
+def test_stepwise_decoding_equals_scanned_forward(kind, score, query, extra):
+  model, params, _ = _setup(kind, score, query, extra)
   source, target_in, _ = helpers.random_batch(np.random.default_rng(0), 3, 7, 6)
   logits, _ = model.apply({'params': params}, source, target_in)
   encode = jax.jit(
@@ -57,15 +64,17 @@ def test_stepwise_decoding_equals_scanned_forward(kind, score, query):
     np.testing.assert_allclose(step_logits, logits[:, t], atol=1e-5)
 
 
-@pytest.mark.parametrize('kind,score,query', VARIANTS)
+@pytest.mark.parametrize('kind,score,query,extra', VARIANTS)
 @hypothesis.settings(max_examples=5, deadline=None)
-@hypothesis.given(extra=st.integers(1, 4), seed=st.integers(0, 2**16))
-def test_source_padding_never_changes_logits(kind, score, query, extra, seed):
-  _, _, apply = _setup(kind, score, query)
+@hypothesis.given(pad=st.integers(1, 4), seed=st.integers(0, 2**16))
+def test_source_padding_never_changes_logits(
+    kind, score, query, extra, pad, seed
+):
+  _, _, apply = _setup(kind, score, query, extra)
   source, target_in, target_out = helpers.random_batch(
       np.random.default_rng(seed), 3, 5, 5
   )
-  padded = np.pad(source, ((0, 0), (0, extra)))
+  padded = np.pad(source, ((0, 0), (0, pad)))
   mask = (target_out != 0)[..., None]
   np.testing.assert_allclose(
       np.where(mask, apply(padded, target_in), 0),
@@ -171,3 +180,55 @@ def test_parameter_paths_are_stable(kind):
   if kind != 'none':
     expected.add('decoder/combine/kernel')  # W_c
   assert paths == expected
+
+
+@pytest.mark.parametrize('kind', ['global', 'none'])
+def test_bahdanau_maxout_readout_against_numpy(kind):
+  """maxout_2(U_o q + V_o E y + C_o c): the max of units 2j and 2j+1."""
+  config = helpers.tiny_config(
+      kind,
+      'concat',
+      query='previous',
+      readout='bahdanau_maxout',
+      readout_size=5,
+  )
+  model = helpers.make_model(config)
+  params = helpers.init_params(model)
+  rng = np.random.default_rng(0)
+  context, h, query = (
+      rng.normal(size=(3, 16)).astype(np.float32) for _ in range(3)
+  )
+  emb = rng.normal(size=(3, 16)).astype(np.float32)
+  out = model.apply(
+      {'params': params},
+      context,
+      h,
+      query,
+      emb,
+      method=lambda m, *a: m.decoder.readout(*a),
+  )
+  p = params['decoder']
+  assert 'combine' not in p
+  pre = (
+      query @ p['readout_state']['kernel'] + emb @ p['readout_input']['kernel']
+  )
+  if kind != 'none':
+    pre = pre + context @ p['readout_context']['kernel']
+  assert pre.shape == (3, 10)
+  expected = np.maximum(pre[:, 0::2], pre[:, 1::2])
+  np.testing.assert_allclose(out, expected, rtol=1e-5, atol=1e-6)
+
+
+def test_readout_size_sets_the_one_layer_before_the_softmax():
+  # The rnnsearch/shu_de_en decoder: one readout layer of readout_size units.
+  config = helpers.tiny_config(
+      'global',
+      'concat',
+      query='previous',
+      input_feeding=False,
+      readout_size=6,
+  )
+  params = helpers.init_params(helpers.make_model(config))['decoder']
+  assert params['combine']['kernel'].shape == (32, 6)  # [c_t; h_t] -> 6
+  assert params['output']['kernel'].shape == (6, helpers.VOCAB)
+  assert 'output_hidden' not in params

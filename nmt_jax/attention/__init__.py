@@ -21,5 +21,6 @@ get = base.get
 make = base.make
 kinds = base.names
 masked_softmax = base.masked_softmax
+computed_positions = base.computed_positions
 default_config = base.default_config
 validate = base.validate

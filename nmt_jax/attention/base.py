@@ -12,10 +12,13 @@ A kind is a linen module with three methods, called by the decoder
   __call__(query [B, H], cache, state, step: StepInputs, with_weights, train)
       -> context [B, D], new state, diagnostics
       One decoder step. `diagnostics` always holds 'window' [B] (the number
-      of source positions the step attends to), plus cheap kind-specific
-      values; 'weights' only when `with_weights`: over source positions
-      [B, S], or over memory slots [B, K] for `memory`. `train` is True in
-      training steps (flexible attention never truncates then).
+      of source positions the step attends to) and should hold 'computed'
+      [B] (the number of positions or slots it actually scored, padding of
+      its static shapes included; `computed_positions` falls back to
+      'window'), plus cheap kind-specific values; 'weights' only when
+      `with_weights`: over source positions [B, S], or over memory slots
+      [B, K] for `memory`. `train` is True in training steps (flexible
+      attention never truncates then).
 
 and a class-level description that config validation, `bench` and run
 inspection read from the registry, so that nothing outside the kind's module
@@ -60,6 +63,11 @@ class Cost(NamedTuple):
   sentence_flops: float  # once per sentence, after encoding (prepare)
   step_flops: float  # per decoder step
   positions: float  # source positions (or memory slots) scored per step
+
+
+def computed_positions(diagnostics) -> jax.Array:
+  """[B] positions a step scored: 'computed', else its 'window'."""
+  return diagnostics.get('computed', diagnostics['window'])
 
 
 def masked_softmax(scores, mask, axis=-1):

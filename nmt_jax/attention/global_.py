@@ -21,7 +21,11 @@ class GlobalAttention(content.ContentAttention):
     del step, train
     weights = self.attend_all(query, cache)  # [B, S]
     context = jnp.einsum('bs,bsd->bd', weights, cache['memory'])  # [B, D]
-    diagnostics = {'window': cache['lengths'].astype(jnp.float32)}
+    diagnostics = {
+        'window': cache['lengths'].astype(jnp.float32),
+        # Every padded position is scored (and then masked).
+        'computed': jnp.full(query.shape[:1], float(weights.shape[1])),
+    }
     if with_weights:
       diagnostics['weights'] = weights
     return context, state, diagnostics

@@ -54,7 +54,12 @@ class LocalAttention(content.ContentAttention):
     weights = self.reweight(weights, positions, p)
     window_memory = content.gather_positions(cache['memory'], positions)
     context = jnp.einsum('bw,bwd->bd', weights, window_memory)  # [B, D]
-    diagnostics = {'window': valid.sum(-1).astype(jnp.float32), 'center': p}
+    diagnostics = {
+        'window': valid.sum(-1).astype(jnp.float32),
+        # All 2D+1 slots are scored, those outside the sentence masked after.
+        'computed': jnp.full(p.shape, float(2 * half + 1)),
+        'center': p,
+    }
     if with_weights:
       diagnostics['weights'] = content.scatter_positions(
           weights, positions, valid, cache['mask'].shape[1]

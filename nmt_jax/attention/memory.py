@@ -116,7 +116,7 @@ class MemoryAttention(base.Attention):
       beta = jax.nn.sigmoid(logits)
     context = jnp.einsum('bk,bkd->bd', beta, cache['slots'])  # [B, D]
     window = jnp.full(query.shape[:1], float(self.config.num_memory))
-    diagnostics = {'window': window}
+    diagnostics = {'window': window, 'computed': window}
     if with_weights:
       diagnostics['weights'] = beta
     return context, state, diagnostics

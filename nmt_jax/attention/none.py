@@ -26,7 +26,8 @@ class NoAttention(base.Attention):
   ):
     del cache, step, with_weights, train
     context = jnp.zeros(query.shape[:1] + (0,), query.dtype)  # [B, 0]
-    return context, state, {'window': jnp.zeros(query.shape[:1], jnp.float32)}
+    nothing = jnp.zeros(query.shape[:1], jnp.float32)
+    return context, state, {'window': nothing, 'computed': nothing}
 
   @classmethod
   def cost(cls, model_config, source_length):

@@ -36,6 +36,7 @@ from nmt_jax import validation
 from nmt_jax import workdirs
 from nmt_jax.data import batching
 from nmt_jax.vocab import EOS
+from nmt_jax.vocab import PAD
 
 
 def pin_threads(threads: Optional[int]):
@@ -233,6 +234,7 @@ class DecodeBench:
         'sentences_per_sec': count / seconds,
         'avg_window': info['avg_window'],
         'avg_window_fraction': info['avg_window_fraction'],
+        'avg_computed': info['avg_computed'],
         'compile_s': info['decode_compile_seconds'],
     }
 
@@ -244,21 +246,29 @@ class DecodeBench:
           batching.eval_batches(split, size, boundaries, self.limit)
       )
       device = [parallel.shard_batch(b, self.mesh) for _, b in eval_batches]
-      sentences = sum(int(np.sum(rows >= 0)) for rows, _ in eval_batches)
+      real = [rows >= 0 for rows, _ in eval_batches]
+      lengths = np.concatenate([
+          np.sum(b['source'] != PAD, 1)[r]
+          for r, (_, b) in zip(real, eval_batches)
+      ])
       forced = jax.jit(functools.partial(decode.forced_decode, self.model))
       calls = [(self.params, b['source'], b['target_in']) for b in device]
       compiled, compile_s = timing.compile_by_shape(forced, calls, warm=False)
-      self._forced = (compiled, calls, sentences, compile_s)
-    compiled, calls, sentences, compile_s = self._forced
+      self._forced = (compiled, calls, real, lengths, compile_s)
+    compiled, calls, real, lengths, compile_s = self._forced
     outs, seconds = timing.timed(
         lambda: jax.device_get([compiled(*args) for args in calls])
     )
-    window = sum(float(o.window_sum.sum()) for o in outs)
-    count = sum(float(o.window_count.sum()) for o in outs)
+    windows = decode.Windows(*(
+        np.concatenate([x[r] for x, r in zip(field, real)])
+        for field in zip(*(o.windows for o in outs))
+    ))
+    window = evaluation.window_metrics(windows, lengths)
     return {
-        'ms_per_sentence': 1000 * seconds / sentences,
-        'sentences_per_sec': sentences / seconds,
-        'avg_window': window / max(count, 1.0),
+        'ms_per_sentence': 1000 * seconds / len(lengths),
+        'sentences_per_sec': len(lengths) / seconds,
+        'avg_window': window['avg_window'],
+        'avg_computed': window['avg_computed'],
         'compile_s': compile_s,
     }
 

@@ -4,6 +4,7 @@ Needs matplotlib (the 'notebooks' extra). Every function returns the figure
 and, given a path, also writes it (PNG).
 """
 
+import math
 import sys
 from typing import Any, Dict, List, Optional, Sequence
 
@@ -206,12 +207,15 @@ def plot_tau_tradeoff(
     runs: Sequence[RunRecord],
     references: Sequence[RunRecord] = (),
     path: Optional[str] = None,
+    measure: str = 'window',
 ):
   """Shu & Nakayama Fig. 3: BLEU against the mean window over tau.
 
-  The window is a fraction of the source. One curve per run with a tau sweep;
-  `references` (e.g. global, local-p) as points.
+  The window ('window': positions attended, Shu's measure; 'computed':
+  positions actually scored) is a fraction of the source. One curve per run
+  with a tau sweep; `references` (e.g. global, local-p) as points.
   """
+  key = f'avg_{measure}_fraction'
   plt = _pyplot()
   fig, ax = plt.subplots(figsize=(6.5, 4.5))
   for run in runs:
@@ -220,8 +224,8 @@ def plot_tau_tradeoff(
           f'{run.workdir} has no tau_sweep.json; run python -m nmt_jax.sweep'
           f' tau --config=... --workdir={run.workdir}'
       )
-    rows = sorted(run.tau_sweep, key=lambda r: r['avg_window_fraction'])
-    x = [100 * r['avg_window_fraction'] for r in rows]
+    rows = sorted(run.tau_sweep, key=lambda r: r.get(key, 0.0))
+    x = [100 * r.get(key, math.nan) for r in rows]
     ax.plot(x, [r['bleu'] for r in rows], marker='o', label=run.name)
     for r, xi in zip(rows, x):
       ax.annotate(
@@ -233,16 +237,20 @@ def plot_tau_tradeoff(
       )
   for run in references:
     result = run.eval_results or {}
-    if 'bleu' in result:
+    if 'bleu' in result and key in result:
       ax.plot(
-          100 * result['avg_window_fraction'],
+          100 * result[key],
           result['bleu'],
           marker='s',
           linestyle='',
           label=f'{run.name} (beam {result["beam_size"]})',
       )
   ax.set(
-      xlabel='mean attention window (% of the source)',
+      xlabel=(
+          'mean attention window (% of the source)'
+          if measure == 'window'
+          else 'mean positions scored (% of the source)'
+      ),
       ylabel='BLEU',
       title='BLEU vs window over tau',
   )

@@ -121,6 +121,8 @@ COLUMNS = (
     ('bleu', 'eval:bleu'),
     ('chrf', 'eval:chrf'),
     ('avg_window', 'eval:avg_window'),
+    ('avg_computed', 'eval:avg_computed'),
+    ('avg_source_length', 'eval:avg_source_length'),
     ('decode_ms_per_sentence', 'eval:decode_ms_per_sentence'),
     ('decode_s', 'derived'),
     ('num_sentences', 'eval:num_sentences'),

@@ -271,6 +271,10 @@ def tau_sweep(
                 'bleu',
                 'avg_window',
                 'avg_window_fraction',
+                'avg_window_steps',
+                'avg_computed',
+                'avg_computed_fraction',
+                'avg_source_length',
                 'decode_ms_per_sentence',
                 'num_sentences',
             )
@@ -278,12 +282,14 @@ def tau_sweep(
     }
     rows.append(row)
     logging.info(
-        'tau %s: BLEU %.2f | avg window %.2f (%.1f%% of the source) | %.2f'
-        ' ms/sentence',
+        'tau %s: BLEU %.2f | avg window %.2f (%.1f%% of the source) |'
+        ' computed %.2f (%.1f%%) | %.2f ms/sentence',
         tau,
         row['bleu'],
         row['avg_window'],
         100 * row['avg_window_fraction'],
+        row['avg_computed'],
+        100 * row['avg_computed_fraction'],
         row['decode_ms_per_sentence'],
     )
   path = os.path.join(workdir, 'tau_sweep.json')
@@ -339,8 +345,10 @@ def write_plots(
       )
   swept = [r for r in runs if r.tau_sweep]
   if swept:
+    references = [r for r in runs if not r.tau_sweep]
+    save(plots.plot_tau_tradeoff(swept, references), 'tau_tradeoff.png')
     save(
-        plots.plot_tau_tradeoff(swept, [r for r in runs if not r.tau_sweep]),
-        'tau_tradeoff.png',
+        plots.plot_tau_tradeoff(swept, references, measure='computed'),
+        'tau_tradeoff_computed.png',
     )
   return written
