@@ -1,18 +1,32 @@
 """A workdir's Orbax checkpoints: last few steps, best by validation BLEU.
 
 A step directory holds `state` (TrainState: step, params, optimizer state),
-`meta` (JSON: config, vocabulary, validation metrics) and `data` (the Grain
-training iterator's position, one file per process). Orbax writes each
-step to a temporary directory and renames it when complete, so a process
-killed mid-save leaves the previous checkpoints intact.
+`meta` (JSON: config, vocabulary, validation metrics, and a CRC-32 of every
+array of `state`) and `data` (the Grain training iterator's position, one file
+per process). Orbax writes each step to a temporary directory and renames it
+when complete, so a process killed mid-save leaves the previous checkpoints
+intact.
+
+A checkpoint that cannot be read, or whose arrays do not match their
+checksums, is damaged: it is logged in one line, moved aside (never deleted)
+to `checkpoints/corrupt/<step>`, and the next good one is used.
 """
 
+import contextlib
+import gc
 import logging as std_logging
 import os
-from typing import Any, Dict, Optional, Tuple
+import sys
+import time
+import traceback
+from typing import Any, Callable, Dict, Optional, Tuple
+import zlib
 
+from absl import logging
 import grain
 import jax
+from jax.experimental import multihost_utils
+import numpy as np
 import orbax.checkpoint as ocp
 
 from nmt_jax.errors import CheckpointError
@@ -33,6 +47,23 @@ class _NoMetricsFilter(std_logging.Filter):
 std_logging.getLogger('absl').addFilter(_NoMetricsFilter())
 
 
+class _AbandonedReadsFilter(std_logging.Filter):
+  """Drops asyncio's report of the reads a failed restore abandoned.
+
+  The restore's own error (DamagedCheckpoint) is logged in one line.
+  """
+
+  def filter(self, record):
+    if 'exception was never retrieved' not in record.getMessage():
+      return True
+    error = record.exc_info[1] if record.exc_info else None
+    frames = traceback.extract_tb(error.__traceback__) if error else []
+    return not any('/orbax/' in frame.filename for frame in frames)
+
+
+std_logging.getLogger('asyncio').addFilter(_AbandonedReadsFilter())
+
+
 def _path_name(path) -> str:
   """A key path as a name such as 'opt_state/1/0/count'.
 
@@ -45,6 +76,46 @@ def _path_name(path) -> str:
         parts.append(str(getattr(key, attribute)))
         break
   return '/'.join(parts)
+
+
+def _host_value(leaf) -> np.ndarray:
+  """The full value of a (replicated) array, read from this process."""
+  if isinstance(leaf, jax.Array) and not leaf.is_fully_addressable:
+    leaf = leaf.addressable_shards[0].data  # replicated: any shard is all
+  return np.asarray(leaf)
+
+
+def checksums(tree) -> Dict[str, str]:
+  """'path' -> 'dtype shape crc32' of every array leaf of a tree."""
+  sums = {}
+  for path, leaf in jax.tree_util.tree_flatten_with_path(tree)[0]:
+    value = np.ascontiguousarray(_host_value(leaf))
+    crc = zlib.crc32(value.view(np.uint8).reshape(-1) if value.size else b'')
+    sums[_path_name(path)] = f'{value.dtype} {value.shape} {crc:08x}'
+  return sums
+
+
+def _verify(tree, expected: Optional[Dict[str, str]], prefix: str = ''):
+  """Raises DamagedCheckpoint naming the first array that differs."""
+  if not expected:  # saved before checksums were recorded
+    return
+  for name, value in checksums(tree).items():
+    want = expected.get(prefix + name)
+    if want is not None and want != value:
+      raise DamagedCheckpoint(
+          f'array {prefix + name} does not match its checksum'
+      )
+
+
+class DamagedCheckpoint(Exception):
+  """A checkpoint whose files cannot be read or do not verify."""
+
+
+def _one_line(error: BaseException) -> str:
+  """The gist of a (possibly multi-line) exception, for a log line."""
+  lines = [line.strip() for line in str(error).splitlines() if line.strip()]
+  text = (lines[0] if lines else '').split('. See full TensorStore')[0]
+  return f'{type(error).__name__}: {text}'[:300]
 
 
 def _leaf_shapes(tree) -> Dict[str, Tuple[int, ...]]:
@@ -102,7 +173,11 @@ class Checkpoints:
       bleu: Optional[float] = None,
       data_iterator=None,
   ):
-    """Starts an asynchronous save; `bleu` ranks it for the best checkpoint."""
+    """Starts an asynchronous save; `bleu` ranks it for the best checkpoint.
+
+    The arrays' checksums go into `meta`, computed before the save starts.
+    """
+    meta = dict(meta, checksums=checksums(state))
     items = dict(
         state=ocp.args.StandardSave(state), meta=ocp.args.JsonSave(meta)
     )
@@ -124,9 +199,14 @@ class Checkpoints:
     return os.path.isfile(os.path.join(self.directory, str(step), 'data', name))
 
   def meta(self, step: int) -> Dict[str, Any]:
-    return self.manager.restore(
-        step, args=ocp.args.Composite(meta=ocp.args.JsonRestore())
-    ).meta
+    """`step`'s meta JSON; raises DamagedCheckpoint if it cannot be read."""
+    with _reading():
+      meta = self.manager.restore(
+          step, args=ocp.args.Composite(meta=ocp.args.JsonRestore())
+      ).meta
+      if not isinstance(meta, dict):
+        raise DamagedCheckpoint(f'meta is {type(meta).__name__}, not a dict')
+    return meta
 
   def check_compatible(
       self,
@@ -155,35 +235,93 @@ class Checkpoints:
 
     `data_iterator` (a Grain iterator) is moved to the saved position when the
     checkpoint has one for this process; the caller checks it against the step.
+    Raises DamagedCheckpoint if the step cannot be read or does not verify,
+    CheckpointError if it does not fit `abstract_state`.
     """
-    self.check_compatible(step, abstract_state)
-    items = dict(
-        state=ocp.args.StandardRestore(abstract_state),
-        meta=ocp.args.JsonRestore(),
-    )
-    if data_iterator is not None and self.has_data_state(step):
-      items['data'] = grain.checkpoint.CheckpointRestore(data_iterator)
-    restored = self.manager.restore(step, args=ocp.args.Composite(**items))
+    with _reading():
+      self.check_compatible(step, abstract_state)
+      items = dict(
+          state=ocp.args.StandardRestore(abstract_state),
+          meta=ocp.args.JsonRestore(),
+      )
+      if data_iterator is not None and self.has_data_state(step):
+        items['data'] = grain.checkpoint.CheckpointRestore(data_iterator)
+      restored = self.manager.restore(step, args=ocp.args.Composite(**items))
+      _verify(restored.state, restored.meta.get('checksums'))
     return restored.state, restored.meta
 
   def restore_params(
       self, step: int, abstract_params, sharding, what: str = 'this config'
-  ):
-    """`step`'s params, checked against abstract_params, placed with `sharding`.
+  ) -> Tuple[Any, Dict[str, Any]]:
+    """(params, meta) of `step`, checked against abstract_params.
 
-    The target is built from the stored shapes, so a checkpoint written on any
-    number of devices or processes restores here.
+    The params are placed with `sharding`. The target is built from the
+    stored shapes, so a checkpoint written on any number of devices or
+    processes restores here. Raises as `restore`.
     """
-    self.check_compatible(step, abstract_params, what, subtree='params')
-    stored = self.manager.item_metadata(step)['state']
-    target = jax.tree_util.tree_map(
-        lambda m: jax.ShapeDtypeStruct(m.shape, m.dtype, sharding=sharding),
-        stored,
+    with _reading():
+      self.check_compatible(step, abstract_params, what, subtree='params')
+      stored = self.manager.item_metadata(step)['state']
+      target = jax.tree_util.tree_map(
+          lambda m: jax.ShapeDtypeStruct(m.shape, m.dtype, sharding=sharding),
+          stored,
+      )
+      restored = self.manager.restore(
+          step,
+          args=ocp.args.Composite(
+              state=ocp.args.StandardRestore(target),
+              meta=ocp.args.JsonRestore(),
+          ),
+      )
+      params = restored.state['params']
+      _verify(params, restored.meta.get('checksums'), prefix='params/')
+    return params, restored.meta
+
+  def first_good(self, restore_fn: Callable[[int], Any], best: bool = False):
+    """restore_fn(step) of the newest (or best) step that is not damaged.
+
+    Each damaged step is logged and moved to checkpoints/corrupt/ (or, in a
+    read-only workdir, skipped). Returns (step, restore_fn(step)), or
+    (None, None) when no step is left.
+    """
+    skipped = set()
+    while True:
+      steps = [s for s in self.manager.all_steps() if s not in skipped]
+      if not steps:
+        return None, None
+      step = max(steps)
+      if best and self.best_step() not in skipped:
+        step = self.best_step()
+      try:
+        return step, restore_fn(step)
+      except DamagedCheckpoint as e:
+        skipped.add(step)
+        self._set_aside(step, str(e))
+
+  def _set_aside(self, step: int, reason: str):
+    source = os.path.join(self.directory, str(step))
+    corrupt = os.path.join(self.directory, 'corrupt')
+    target, n = os.path.join(corrupt, str(step)), 1
+    while os.path.exists(target):
+      target, n = os.path.join(corrupt, f'{step}-{n}'), n + 1
+    if jax.process_index() == 0:
+      try:
+        os.makedirs(corrupt, exist_ok=True)
+        os.rename(source, target)
+        moved = f'moved to {target}'
+      except OSError as e:
+        moved = f'left in place ({e.strerror})'
+    else:
+      moved = 'set aside by process 0'
+    logging.warning(
+        'checkpoint %s is damaged (%s); %s; trying the previous one',
+        source,
+        reason,
+        moved,
     )
-    restored = self.manager.restore(
-        step, args=ocp.args.Composite(state=ocp.args.StandardRestore(target))
-    )
-    return restored.state['params']
+    if jax.process_count() > 1:
+      multihost_utils.sync_global_devices(f'set_aside_{step}')
+    self.manager.reload()
 
   def close(self):
     """Waits for pending saves; always call it.
@@ -192,6 +330,42 @@ class Checkpoints:
     """
     self.manager.wait_until_finished()
     self.manager.close()
+
+
+@contextlib.contextmanager
+def _reading():
+  """Turns any failure to read a step into DamagedCheckpoint.
+
+  CheckpointError (a readable checkpoint that does not fit this config) and
+  interrupts pass through.
+  """
+  # A failed read abandons Orbax's other reads: their coroutines, collected,
+  # and TensorStore's callbacks into the closed event loop would each print
+  # a traceback. The one line of DamagedCheckpoint says it all.
+  hooks = sys.unraisablehook, sys.excepthook
+  sys.unraisablehook, sys.excepthook = _quiet_unraisable, _quiet_exception
+  failed = False
+  try:
+    yield
+  except (CheckpointError, DamagedCheckpoint):
+    raise
+  except Exception as e:  # whatever Orbax, TensorStore or JSON raise
+    failed = True
+    raise DamagedCheckpoint(_one_line(e)) from e
+  finally:
+    if failed:
+      time.sleep(0.5)  # the abandoned reads finish (and fail) meanwhile
+    gc.collect()
+    sys.unraisablehook, sys.excepthook = hooks
+
+
+def _quiet_unraisable(unraisable):
+  logging.debug('while reading a checkpoint: %s', unraisable.exc_value)
+
+
+def _quiet_exception(kind, value, trace):
+  del trace
+  logging.debug('while reading a checkpoint: %s: %s', kind.__name__, value)
 
 
 def abstract(tree):

@@ -3,6 +3,7 @@
 `main` prints each UserError as one line and exits with status 2.
 """
 
+import math
 from typing import Any
 
 
@@ -29,6 +30,13 @@ class TrainingError(UserError):
   """
 
 
+class Preempted(Exception):
+  """Training stopped on SIGTERM after saving a checkpoint (exit status 143).
+
+  Not an error of the user's: the same command resumes.
+  """
+
+
 def config_error(field: str, value: Any, why: str, fix: str) -> ConfigError:
   """A one-line ConfigError for `field`, e.g.:
 
@@ -39,16 +47,35 @@ def config_error(field: str, value: Any, why: str, fix: str) -> ConfigError:
   )
 
 
+def _number(field: str, value: Any, allow_inf: bool = False):
+  """Checks value is a finite number (or inf, if allowed), not NaN."""
+  if isinstance(value, bool) or not isinstance(value, (int, float)):
+    raise config_error(field, value, 'must be a number', 'give a number')
+  if math.isnan(value) or (math.isinf(value) and not allow_inf):
+    raise config_error(field, value, 'must be finite', 'give a finite number')
+
+
 def positive(field: str, value: Any):
-  """Checks value > 0."""
-  if not isinstance(value, (int, float)) or value <= 0:
+  """Checks value > 0 (finite)."""
+  _number(field, value)
+  if value <= 0:
     raise config_error(field, value, 'must be > 0', 'give a positive value')
 
 
 def non_negative(field: str, value: Any):
-  """Checks value >= 0."""
-  if not isinstance(value, (int, float)) or value < 0:
+  """Checks value >= 0 (finite)."""
+  _number(field, value)
+  if value < 0:
     raise config_error(field, value, 'must be >= 0', 'give a positive value')
+
+
+def non_negative_or_inf(field: str, value: Any):
+  """Checks value >= 0; inf allowed (a threshold that never applies)."""
+  _number(field, value, allow_inf=True)
+  if value < 0:
+    raise config_error(
+        field, value, 'must be >= 0', 'give a positive value or inf'
+    )
 
 
 def one_of(*choices: str):

@@ -180,6 +180,13 @@ class Evaluator:
   ):
     """-> (hypothesis texts in split order, window and timing metrics)."""
     if beam_size not in self._decoders:
+      vocab = len(self.task.target_vocab)
+      if beam_size > vocab:
+        raise ConfigError(
+            f'config: a beam of {beam_size} hypotheses is wider than the'
+            f' target vocabulary ({vocab} tokens); lower decode.beam_size'
+            ' (or train.eval_beam_size)'
+        )
       self._decoders[beam_size] = decode.make_decode_fn(
           self.model, self.config.decode, beam_size
       )
@@ -238,6 +245,12 @@ def evaluate(config, workdir: str) -> Dict[str, Any]:
   task, model, mesh, params, step = workdirs.restore_for_inference(
       config, workdir
   )
+  workdirs.prepare(workdir)  # writable: fail now, not after decoding
+  with workdirs.locked(workdir):
+    return _evaluate(config, workdir, task, model, mesh, params, step)
+
+
+def _evaluate(config, workdir, task, model, mesh, params, step):
   evaluator = Evaluator(config, model, task, mesh)
   result, hypotheses = evaluator.evaluate(
       params, task.test_or_eval, config.decode.beam_size

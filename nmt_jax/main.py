@@ -14,11 +14,13 @@ parses flags.
 
 import logging as std_logging
 import os
+import signal
 import sys
 
 from absl import app
 from absl import flags
 from absl import logging
+import jax
 from ml_collections import config_flags
 
 from nmt_jax import errors
@@ -197,10 +199,18 @@ def main(argv):
     _fail(str(e).strip().splitlines()[-1])
   try:
     maybe_initialize_distributed()
+    if jax.process_count() == 1:
+      # SIGTERM stops like Ctrl-C (the training loop saves a checkpoint
+      # first); multi-process runs leave it to JAX's preemption service.
+      signal.signal(signal.SIGTERM, signal.default_int_handler)
     run(config, _WORKDIR.value, _MODE.value)
   except errors.UserError as e:
     logging.flush()
     _fail(str(e))
+  except errors.Preempted as e:
+    logging.flush()
+    print(str(e), file=sys.stderr)
+    sys.exit(143)  # 128 + SIGTERM, as if the signal had ended the process
   except KeyboardInterrupt:
     # Checkpoints were closed on the way out; the same command resumes.
     print(

@@ -5,6 +5,7 @@ the final evaluation in evaluation.py, the workdir's files in workdirs.py and
 checkpoint.py, the parallel step in parallel.py, batches in data/batching.py.
 """
 
+import contextlib
 import dataclasses
 import functools
 import math
@@ -18,6 +19,7 @@ from nmt_jax import checkpoint
 from nmt_jax import data
 from nmt_jax import evaluation
 from nmt_jax import parallel
+from nmt_jax import preemption
 from nmt_jax import steps
 from nmt_jax import validation
 from nmt_jax import workdirs
@@ -25,6 +27,7 @@ from nmt_jax import writers
 from nmt_jax.data import batching
 from nmt_jax.data import dataset
 from nmt_jax.errors import CheckpointError
+from nmt_jax.errors import Preempted
 from nmt_jax.errors import TrainingError
 
 
@@ -136,7 +139,19 @@ def train_and_evaluate(config, workdir: str) -> Dict[str, Any]:
   # A config or device error raises here, before the workdir exists.
   config = validation.resolve(config)
   mesh = make_mesh(config)
-  workdirs.prepare(workdir)
+  if checkpoint.has_checkpoints(workdir):
+    workdirs.check_identity(config, workdir, 'resuming its training')
+  created = workdirs.prepare(workdir)
+  try:
+    with workdirs.locked(workdir):
+      return _train_and_evaluate(config, workdir, mesh)
+  except BaseException:
+    if created:
+      workdirs.remove_if_empty(workdir)  # nothing left behind by a failure
+    raise
+
+
+def _train_and_evaluate(config, workdir: str, mesh) -> Dict[str, Any]:
   lead = jax.process_index() == 0
 
   # ------------------------------------------------------------ data and model
@@ -153,16 +168,21 @@ def train_and_evaluate(config, workdir: str) -> Dict[str, Any]:
   # ------------------------------------------------------------ checkpoints
   ckpts = checkpoint.Checkpoints(workdir, keep=t.keep_checkpoints)
   writer = None
+  stack = contextlib.ExitStack()
   # Each process builds only its rows of every batch, ahead of the step, in a
   # Grain thread.
   rows = functools.partial(parallel.process_rows, mesh=mesh)
   iterator = batching.train_iterator(batches, t.num_steps, rows)
   try:
-    start = ckpts.latest_step() or 0
-    if start:
-      # The vocabulary first: a mismatch then says why, not which shape differs.
-      workdirs.check_vocab(ckpts.meta(start), task, f'workdir {workdir}')
-      state, _ = ckpts.restore(start, checkpoint.abstract(state), iterator)
+    start, latest = 0, ckpts.latest_step()
+    if latest is not None:
+      if latest > t.num_steps:  # before reading: the data stream ends there
+        raise CheckpointError(
+            f'train.num_steps={t.num_steps} is below the last checkpoint of'
+            f' {workdir} (step {latest}); raise --config.train.num_steps,'
+            ' or use --mode=eval to evaluate it'
+        )
+      start, state = _resume(ckpts, state, iterator, task, workdir)
       _check_iterator(iterator, start, workdir)
       logging.info('resuming from step %d', start)
     elif t.init_from:
@@ -174,6 +194,7 @@ def train_and_evaluate(config, workdir: str) -> Dict[str, Any]:
       logging.info('initialised from %s (step %d)', t.init_from, from_step)
     if lead:
       workdirs.write_config(workdir, config)
+      writers.truncate_metrics(workdir, start)  # the re-run steps anew
     writer = writers.MetricWriter(workdir, enabled=lead)
     evaluator = evaluation.Evaluator(config, setup.model, task, mesh)
     train_step = parallel.data_parallel_step(
@@ -183,18 +204,25 @@ def train_and_evaluate(config, workdir: str) -> Dict[str, Any]:
 
     # ---------------------------------------------------------- the loop
     state = train_step.to_loop(state)
-    progress = Progress(train_step.metrics, last_saved=ckpts.latest_step())
+    progress = Progress(
+        train_step.metrics, ckpts.latest_step(), t.divergence_factor
+    )
+    sigterm = stack.enter_context(
+        preemption.Preemption(t.sigterm_grace_seconds)
+    )
     for step in range(start, t.num_steps):
       batch = next(iterator)
       state, device_metrics = train_step(state, batch)
       done = step + 1
       last = done == t.num_steps
       progress.push(done, device_metrics, len(batch['source']))
+      stop = sigterm.reached(done)
       log, validate, save = (
           done % every == 0 or last
           for every in (t.log_every, t.eval_every, t.checkpoint_every)
       )
-      if not (log or validate or save):
+      save = save or (stop and progress.last_saved != done)
+      if not (log or validate or save or stop):
         continue
       progress.flush()  # never log, validate or save an unchecked loss
       if log:
@@ -231,8 +259,14 @@ def train_and_evaluate(config, workdir: str) -> Dict[str, Any]:
             data_iterator=iterator,
         )
         progress.last_saved = done
+      if stop:
+        raise Preempted(
+            f'stopped by SIGTERM after step {done}, saved in {ckpts.directory};'
+            ' run the same command again to resume'
+        )
       progress.restart_clock()  # validation and saving are not training time
   finally:
+    stack.close()
     ckpts.close()
     if writer is not None:
       writer.close()
@@ -244,13 +278,19 @@ class Progress:
 
   `push` holds a step's device metrics and fetches the previous step's, so
   the host never waits on the step it just dispatched (at most two steps in
-  flight); `flush` fetches the held one. Every fetched loss is checked.
+  flight); `flush` fetches the held one. Every fetched loss is checked: a
+  non-finite one, or one above `divergence_factor` times the running mean
+  (0 = no such check), stops training.
   """
 
-  def __init__(self, fetch: Callable, last_saved=None):
+  def __init__(
+      self, fetch: Callable, last_saved=None, divergence_factor: float = 0.0
+  ):
     self._fetch = fetch
     self._pending = None  # (step, device metrics)
     self.last_saved = last_saved
+    self.divergence_factor = divergence_factor
+    self.running_loss = None  # exponential moving average of the step loss
     self.reset()
 
   def reset(self):
@@ -282,12 +322,30 @@ class Progress:
     self._pending = None
     host = {k: float(v) for k, v in self._fetch(device_metrics).items()}
     loss = host['loss_sum'] / max(host['tokens'], 1.0)
-    if not math.isfinite(loss) or not math.isfinite(host['grad_norm']):
-      raise TrainingError(
-          f'training loss became {loss} at step {step}; stopped, the last '
-          f'good checkpoint (step {self.last_saved}) is kept; lower '
-          'train.learning_rate or set train.clip_norm'
+    diverged = (
+        self.divergence_factor
+        and self.running_loss is not None
+        and loss > self.divergence_factor * self.running_loss
+    )
+    if diverged or not (
+        math.isfinite(loss) and math.isfinite(host['grad_norm'])
+    ):
+      why = (
+          f' ({loss / self.running_loss:.3g} times its running mean'
+          f' {self.running_loss:.4g}, above train.divergence_factor)'
+          if diverged
+          else ''
       )
+      raise TrainingError(
+          f'training loss became {loss:.4g} at step {step}{why}; stopped, the'
+          f' last good checkpoint (step {self.last_saved}) is kept; lower'
+          ' train.learning_rate or set train.clip_norm'
+      )
+    self.running_loss = (
+        loss
+        if self.running_loss is None
+        else 0.9 * self.running_loss + 0.1 * loss
+    )
     for key in self.sums:
       self.sums[key] += host[key]
     self.steps += 1
@@ -307,6 +365,24 @@ class Progress:
         'learning_rate': float(schedule(step - 1)),
         'epoch': step / steps_per_epoch,
     }
+
+
+def _resume(ckpts, state, iterator, task, workdir: str):
+  """(step, state) of the newest good checkpoint; damaged ones set aside."""
+  abstract_state = checkpoint.abstract(state)
+
+  def restore(step):
+    # The vocabulary first: a mismatch then says why, not which shape differs.
+    workdirs.check_vocab(ckpts.meta(step), task, f'workdir {workdir}')
+    return ckpts.restore(step, abstract_state, iterator)[0]
+
+  step, state = ckpts.first_good(restore)
+  if step is None:
+    raise CheckpointError(
+        f'every checkpoint of {workdir} is damaged (moved to'
+        f' {ckpts.directory}/corrupt/); train in a new --workdir'
+    )
+  return step, state
 
 
 def _check_iterator(iterator, start: int, workdir: str):

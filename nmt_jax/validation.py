@@ -26,6 +26,7 @@ POSITIVE = (
     'train.keep_checkpoints',
     'train.eval_beam_size',
     'train.eval_num_sentences',
+    'train.sigterm_grace_seconds',
     'decode.beam_size',
     'decode.max_length_ratio',
     'decode.max_length_offset',
@@ -45,6 +46,7 @@ NON_NEGATIVE = (
     'train.label_smoothing',
     'train.beta',
     'train.num_epochs',
+    'train.divergence_factor',
     'train.warmup_steps',
     'decode.length_penalty',
     'model.output_hidden_size',
@@ -87,6 +89,12 @@ def validate(config):
     errors.non_negative(field, _get(config, field))
   for field, choices in CHOICES.items():
     errors.one_of(*choices)(field, _get(config, field))
+  if not (
+      isinstance(config.seed, int) and 0 <= config.seed < 2**32
+  ) or isinstance(config.seed, bool):
+    raise errors.config_error(
+        'seed', config.seed, 'must be an integer in [0, 2**32)', 'use e.g. 0'
+    )
   vocab = config.data.vocab
   if vocab.kind == 'sentencepiece':
     errors.positive('data.vocab.size', vocab.size)

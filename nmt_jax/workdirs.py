@@ -6,13 +6,19 @@ A workdir has `config.json` (the resolved config), `checkpoints/`
 after evaluation, `eval_results.json` and `eval_hypotheses.txt`.
 """
 
+import contextlib
 import json
 import os
+import socket
+import sys
+import threading
+import time
 from typing import Any, Dict, Optional
 
 from absl import logging
 import jax
 
+from nmt_jax import attention
 from nmt_jax import checkpoint
 from nmt_jax import data
 from nmt_jax import default_config
@@ -24,11 +30,12 @@ from nmt_jax.data import dataset
 from nmt_jax.errors import CheckpointError
 
 
-def prepare(workdir: str):
-  """Creates the workdir and checks it is writable.
+def prepare(workdir: str) -> bool:
+  """Creates the workdir and checks it is writable; True if it was created.
 
   This happens before anything is written.
   """
+  created = not os.path.exists(workdir)
   try:
     os.makedirs(workdir, exist_ok=True)
     probe = os.path.join(workdir, f'.write-test-{os.getpid()}')
@@ -40,6 +47,187 @@ def prepare(workdir: str):
         f'workdir {workdir} is not writable ({e.strerror}); '
         'choose another --workdir'
     ) from None
+  return created
+
+
+def remove_if_empty(workdir: str):
+  """Removes a workdir this run created when a failure left nothing in it."""
+  with contextlib.suppress(OSError):
+    os.rmdir(workdir)
+
+
+# ----------------------------------------------------------------- the lock
+
+LOCK_FILE = 'lock'
+# A lock whose holder runs on another host is stale when its heartbeat (the
+# file's modification time, refreshed every HEARTBEAT_SECONDS) is older.
+STALE_SECONDS = 600
+HEARTBEAT_SECONDS = 60
+_held = set()  # lock paths this process holds
+
+
+@contextlib.contextmanager
+def locked(workdir: str):
+  """Holds `<workdir>/lock` (host, pid, command) while a run writes there.
+
+  Only process 0 of a multi-process run takes it. A lock left by a process
+  that no longer runs (same host, pid gone; or no heartbeat for
+  STALE_SECONDS) is taken over with a warning; a live one is a
+  CheckpointError. Re-entrant within a process.
+  """
+  path = os.path.abspath(os.path.join(workdir, LOCK_FILE))
+  if jax.process_index() != 0 or path in _held:  # not ours, or held already
+    yield
+    return
+  _acquire(path, workdir)
+  _held.add(path)
+  stop = threading.Event()
+  heartbeat = threading.Thread(
+      target=_heartbeat, args=(path, stop), daemon=True
+  )
+  heartbeat.start()
+  try:
+    yield
+  finally:
+    stop.set()
+    _held.discard(path)
+    with contextlib.suppress(OSError):
+      os.remove(path)
+
+
+def _acquire(path: str, workdir: str):
+  me = {
+      'host': socket.gethostname(),
+      'pid': os.getpid(),
+      'since': time.strftime('%Y-%m-%d %H:%M:%S'),
+      'command': ' '.join(sys.argv),
+  }
+  for _ in range(3):
+    try:
+      fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+    except FileExistsError:
+      holder = _read_lock(path)
+      if not _stale(holder, path):
+        raise CheckpointError(
+            f'workdir {workdir} is in use by pid {holder.get("pid")} on'
+            f' {holder.get("host")} since {holder.get("since")}'
+            f' ({holder.get("command", "?")}); wait for it or stop it, or use'
+            f' another --workdir (if no run uses it, delete {path})'
+        ) from None
+      logging.warning(
+          'taking over the stale lock of %s (pid %s on %s since %s, no'
+          ' longer running)',
+          workdir,
+          holder.get('pid'),
+          holder.get('host'),
+          holder.get('since'),
+      )
+      with contextlib.suppress(FileNotFoundError):
+        os.remove(path)
+      continue
+    with os.fdopen(fd, 'w') as f:
+      json.dump(me, f)
+    return
+  raise CheckpointError(
+      f'could not lock workdir {workdir}: {path} keeps reappearing; another'
+      ' run is starting there'
+  )
+
+
+def _read_lock(path: str) -> Dict[str, Any]:
+  try:
+    with open(path, encoding='utf-8') as f:
+      holder = json.load(f)
+    return holder if isinstance(holder, dict) else {}
+  except (OSError, ValueError):
+    return {}
+
+
+def _stale(holder: Dict[str, Any], path: str) -> bool:
+  try:
+    age = time.time() - os.path.getmtime(path)
+  except OSError:
+    return True  # gone meanwhile
+  if not holder:  # unreadable: a writer killed between create and write
+    return age > 5
+  if holder.get('host') == socket.gethostname():
+    try:
+      os.kill(int(holder['pid']), 0)
+    except ProcessLookupError:
+      return True
+    except (PermissionError, KeyError, ValueError, TypeError):
+      pass
+    return False
+  return age > STALE_SECONDS
+
+
+def _heartbeat(path: str, stop: threading.Event):
+  while not stop.wait(HEARTBEAT_SECONDS):
+    with contextlib.suppress(OSError):
+      os.utime(path)
+
+
+# ------------------------------------------------------- the model's identity
+
+
+def identity_fields(config) -> Dict[str, Any]:
+  """The config fields that say what a workdir's parameters mean.
+
+  Every model.* field (the attention kind's own fields only, without those
+  that only steer decoding) except dropout, and the data fields that define
+  the vocabularies. Flattened, JSON values.
+  """
+  flat = _flatten(json.loads(config.to_json_best_effort()))
+  kind = attention.get(config.model.attention.kind)
+  kind_fields = {
+      f'model.attention.{f}'
+      for f in kind.FIELDS
+      if f not in kind.DECODING_FIELDS
+  } | {'model.attention.kind'}
+  data_fields = (
+      'data.name',
+      'data.source_lang',
+      'data.target_lang',
+      'data.num_symbols',
+  )
+
+  def keep(key: str) -> bool:
+    if key.startswith('model.attention.'):
+      return key in kind_fields
+    if key.startswith('model.'):
+      return key != 'model.dropout'
+    return key in data_fields or key.startswith('data.vocab.')
+
+  return {k: v for k, v in flat.items() if keep(k)}
+
+
+def check_identity(config, workdir: str, doing: str):
+  """Raises CheckpointError if `config` describes another model than the
+  workdir's config.json (a workdir without one passes)."""
+  if not os.path.exists(os.path.join(workdir, 'config.json')):
+    return
+  try:
+    stored = identity_fields(load_config(workdir))
+  except (OSError, ValueError) as e:
+    raise CheckpointError(
+        f'{workdir}/config.json cannot be read ({e}); restore it, or use'
+        ' another --workdir'
+    ) from None
+  wanted = identity_fields(config)
+  changes = [
+      f'{k}: {stored.get(k)!r} there, {wanted.get(k)!r} here'
+      for k in sorted(set(stored) | set(wanted))
+      if stored.get(k) != wanted.get(k)
+  ]
+  if changes:
+    raise CheckpointError(
+        f'workdir {workdir} holds another model than this config ({doing}):'
+        f' {"; ".join(changes)}; use the config it was trained with (its'
+        ' config.json), or another --workdir'
+    )
+
+
+# ---------------------------------------------------------- config.json
 
 
 def write_config(workdir: str, config):
@@ -146,18 +334,39 @@ def load_params_from(workdir: str, config, abstract_params, mesh):
         f'this config {config.model.attention.kind!r}; fine-tune a workdir '
         'of the same kind'
     )
+  return best_params(
+      workdir,
+      abstract_params,
+      mesh,
+      f'this model (train.init_from={workdir})',
+  )
+
+
+def best_params(workdir: str, abstract_params, mesh, what: str, task=None):
+  """(params, step) of the workdir's best good checkpoint.
+
+  Damaged checkpoints are set aside (checkpoint.Checkpoints.first_good). With
+  a `task`, its vocabularies are checked first.
+  """
   ckpts = checkpoint.Checkpoints(workdir, create=False)
   try:
-    step = ckpts.best_step()
-    params = ckpts.restore_params(
-        step,
-        abstract_params,
-        parallel.replicated(mesh),
-        f'this model (train.init_from={workdir})',
-    )
-    return params, step
+
+    def restore(step):
+      if task is not None:
+        check_vocab(ckpts.meta(step), task, f'workdir {workdir}')
+      return ckpts.restore_params(
+          step, abstract_params, parallel.replicated(mesh), what
+      )[0]
+
+    step, params = ckpts.first_good(restore, best=True)
   finally:
     ckpts.close()
+  if step is None:
+    raise CheckpointError(
+        f'every checkpoint of {workdir} is damaged (moved to'
+        f' {ckpts.directory}/corrupt/); train again'
+    )
+  return params, step
 
 
 def restore_for_inference(config, workdir: str):
@@ -170,6 +379,7 @@ def restore_for_inference(config, workdir: str):
         f'workdir {workdir} has no checkpoints; train first '
         f'(python -m nmt_jax.main --config=... --workdir={workdir})'
     )
+  check_identity(config, workdir, 'restoring its checkpoint')
   task = data.load_task(config.data, config.seed, workdir)
   model = steps.create_model(config, task)
   mesh = parallel.make_mesh(config.parallel.mesh_shape)
@@ -179,13 +389,7 @@ def restore_for_inference(config, workdir: str):
           jax.random.key(0), sample['source'], sample['target_in']
       )['params']
   )
-  ckpts = checkpoint.Checkpoints(workdir, create=False)
-  try:
-    step = ckpts.best_step()
-    check_vocab(ckpts.meta(step), task, f'workdir {workdir}')
-    params = ckpts.restore_params(
-        step, abstract_params, parallel.replicated(mesh)
-    )
-  finally:
-    ckpts.close()
+  params, step = best_params(
+      workdir, abstract_params, mesh, 'this config', task=task
+  )
   return task, model, mesh, params, step

@@ -81,10 +81,43 @@ def write_json(path: str, obj: Dict[str, Any]):
 
 
 def read_metrics(workdir: str):
-  """The records of <workdir>/metrics.jsonl, in order."""
+  """The records of <workdir>/metrics.jsonl, in order.
+
+  A line that is not a JSON object (the half-written last line of a killed
+  run) is skipped.
+  """
   path = os.path.join(workdir, 'metrics.jsonl')
-  with open(path, encoding='utf-8') as f:
-    return [json.loads(line) for line in f if line.strip()]
+  records = []
+  with open(path, encoding='utf-8', errors='replace') as f:
+    for line in f:
+      try:
+        record = json.loads(line)
+      except ValueError:
+        continue
+      if isinstance(record, dict):
+        records.append(record)
+  return records
+
+
+def truncate_metrics(workdir: str, step: int):
+  """Drops the records after `step` from metrics.jsonl (a resumed run).
+
+  The steps after the checkpoint a run resumes from are trained again and
+  recorded again; their first records (and a half-written last line) go.
+  The file is rewritten atomically.
+  """
+  path = os.path.join(workdir, 'metrics.jsonl')
+  if not os.path.isfile(path):
+    return
+  kept = [
+      r
+      for r in read_metrics(workdir)
+      if isinstance(r.get('step'), int) and r['step'] <= step
+  ]
+  tmp = f'{path}.tmp-{os.getpid()}'
+  with open(tmp, 'w', encoding='utf-8') as f:
+    f.write(''.join(json.dumps(r) + '\n' for r in kept))
+  os.replace(tmp, path)
 
 
 class QuietLibraries:

@@ -225,7 +225,9 @@ def test_checkpoint_of_another_config_is_refused(trained, tmp_path):
       '--config.model.hidden_size=32',
       check=False,
   )
-  _expect_error(result, 'does not match', 'shape')
+  _expect_error(
+      result, 'holds another model', 'model.hidden_size: 16 there, 32 here'
+  )
   assert snapshot(workdir) == before
 
 

@@ -97,6 +97,9 @@ class Attention(nn.Module):
   # Whether diagnostics hold 'strength' [B], g(t) of flexible attention, which
   # the fine-tuning objective (train.beta) rewards.
   HAS_STRENGTH = False
+  # FIELDS that only steer decoding (e.g. flexible attention's tau): they may
+  # differ between the training run and an evaluation of its workdir.
+  DECODING_FIELDS: ClassVar[Tuple[str, ...]] = ()
   # Row order in results tables, as in Britz et al.'s Table 1: none first,
   # global last.
   RANK = 100

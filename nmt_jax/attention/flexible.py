@@ -44,9 +44,10 @@ class FlexibleAttention(content.ContentAttention):
       'sigma': (1.5, errors.positive),
       # Test-time threshold: positions with penalty >= tau are not scored
       # (inf keeps every position: the untruncated model).
-      'tau': (math.inf, errors.non_negative),
+      'tau': (math.inf, errors.non_negative_or_inf),
   }
   HAS_STRENGTH = True
+  DECODING_FIELDS = ('tau',)
   RANK = 40
   PLOT = 'vision_span'
 

@@ -1,0 +1,68 @@
+"""SIGTERM, what a preempted machine receives: stop at a step with a checkpoint.
+
+A preempted Cloud TPU or GCE VM gets SIGTERM about 30 s before it is
+stopped; SLURM sends SIGTERM at the end of a job's time (or on scancel) and
+SIGKILL after KillWait (30 s by default). The training loop asks
+`reached(step)` after every step; once SIGTERM has arrived it saves a
+checkpoint of that step and stops (errors.Preempted), and the same command
+resumes. If that does not happen within `grace_seconds` (a long validation
+pass is running), the main thread is interrupted like Ctrl-C: the
+checkpoints in flight are finished and the run stops at the last one.
+
+In a multi-process run every process must save the same step: JAX's
+coordination service (jax.distributed) receives the signal and
+`reached_preemption_sync_point` agrees on the step.
+"""
+
+import _thread
+import signal
+import threading
+
+from absl import logging
+import jax
+from jax.experimental import multihost_utils
+
+
+class Preemption:
+  """Context manager: SIGTERM sets a flag instead of killing the process."""
+
+  def __init__(self, grace_seconds: float):
+    self.grace_seconds = grace_seconds
+    self.requested = False
+    self._previous = None
+    self._watchdog = None
+
+  def __enter__(self):
+    if jax.process_count() == 1:
+      self._previous = signal.signal(signal.SIGTERM, self._handle)
+    return self
+
+  def __exit__(self, *exc):
+    if self._previous is not None:
+      signal.signal(signal.SIGTERM, self._previous)
+    if self._watchdog is not None:
+      self._watchdog.cancel()
+    return False
+
+  def _handle(self, signum, frame):
+    del signum, frame
+    if self.requested:
+      return
+    self.requested = True
+    logging.warning(
+        'SIGTERM: saving a checkpoint after this step, then stopping'
+        ' (at most %g s)',
+        self.grace_seconds,
+    )
+    self._watchdog = threading.Timer(self.grace_seconds, _thread.interrupt_main)
+    self._watchdog.daemon = True
+    self._watchdog.start()
+
+  def reached(self, step: int) -> bool:
+    """Whether to save and stop after `step` (the same step on all processes)."""
+    if jax.process_count() == 1:
+      return self.requested
+    try:
+      return multihost_utils.reached_preemption_sync_point(step)
+    except RuntimeError:  # the preemption service is off
+      return False

@@ -1,0 +1,428 @@
+"""Every workdir survives every fault: damage, two writers, SIGTERM, bad numbers.
+
+Each case asserts the exit status, a one-line message without a traceback,
+and that the files that existed before are unchanged (a damaged checkpoint:
+moved aside intact).
+"""
+
+import glob
+import json
+import math
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+
+from nmt_jax import default_config
+from nmt_jax import errors
+from nmt_jax import validation
+from nmt_jax import workdirs
+from nmt_jax import writers
+from nmt_jax.tools import runs
+from tests import conftest
+from tests.test_cli import QUICK
+from tests.test_cli import ROOT
+from tests.test_cli import final_params
+from tests.test_cli import nmt
+from tests.test_cli import snapshot
+
+CONFIG = 'configs/global_general.py:tiny'
+RUN = [
+    f'--config={CONFIG}',
+    *QUICK,
+    '--config.train.num_steps=6',
+    '--config.train.keep_checkpoints=3',
+]
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope='module')
+def trained(tmp_path_factory):
+  """A tiny run with checkpoints 2, 4 and 6."""
+  workdir = str(tmp_path_factory.mktemp('faults') / 'tiny')
+  nmt(*RUN, f'--workdir={workdir}')
+  return workdir
+
+
+def _copy(trained, tmp_path, name='w'):
+  workdir = str(tmp_path / name)
+  shutil.copytree(trained, workdir)
+  return workdir
+
+
+def _one_line_error(result, *fragments, status=2):
+  assert result.returncode == status, result.stderr[-3000:]
+  last = result.stderr.strip().splitlines()[-1]
+  assert last.startswith('error: '), result.stderr[-3000:]
+  for fragment in fragments:
+    assert fragment in last, last
+  assert 'Traceback' not in result.stderr, result.stderr[-3000:]
+
+
+def _data_files(step_dir):
+  return sorted(glob.glob(f'{step_dir}/state/ocdbt.process_0/d/*'))
+
+
+def _truncate(step_dir):
+  for path in _data_files(step_dir):
+    os.truncate(path, os.path.getsize(path) // 2)
+
+
+def _garble(step_dir):
+  for path in _data_files(step_dir):
+    with open(path, 'r+b') as f:
+      f.seek(min(100, os.path.getsize(path) // 2))
+      f.write(bytes(range(50)))
+
+
+def _flip_one_byte(step_dir):
+  # One bit in the middle of every data file: any one of them that holds a
+  # live value is a wrong number after restoring.
+  for path in _data_files(step_dir):
+    with open(path, 'r+b') as f:
+      f.seek(os.path.getsize(path) // 2)
+      byte = f.read(1)
+      f.seek(-1, os.SEEK_CUR)
+      f.write(bytes([byte[0] ^ 1]))
+
+
+def _delete_state(step_dir):
+  shutil.rmtree(os.path.join(step_dir, 'state'))
+
+
+def _delete_meta(step_dir):
+  shutil.rmtree(os.path.join(step_dir, 'meta'))
+
+
+def _bad_meta_json(step_dir):
+  with open(os.path.join(step_dir, 'meta', 'metadata'), 'w') as f:
+    f.write('{"step": 6, ')
+
+
+DAMAGE = [
+    _truncate,
+    _garble,
+    _flip_one_byte,
+    _delete_state,
+    _delete_meta,
+    _bad_meta_json,
+]
+
+
+@pytest.mark.parametrize('damage', DAMAGE, ids=lambda f: f.__name__[1:])
+def test_damaged_latest_checkpoint_is_set_aside_and_training_resumes(
+    trained, tmp_path, damage
+):
+  workdir = _copy(trained, tmp_path)
+  checkpoints = os.path.join(workdir, 'checkpoints')
+  damage(os.path.join(checkpoints, '6'))
+  damaged = snapshot(os.path.join(checkpoints, '6'))
+  good = {s: snapshot(os.path.join(checkpoints, s)) for s in ('2', '4')}
+
+  result = nmt(*RUN, f'--workdir={workdir}', check=False)
+
+  assert result.returncode == 0, result.stderr[-3000:]
+  assert 'Traceback' not in result.stderr
+  warnings = [x for x in result.stderr.splitlines() if 'is damaged' in x]
+  assert len(warnings) == 1 and f'{checkpoints}/6 is damaged' in warnings[0]
+  assert 'resuming from step 4' in result.stderr
+  assert snapshot(os.path.join(checkpoints, 'corrupt', '6')) == damaged
+  for step, files in good.items():
+    assert snapshot(os.path.join(checkpoints, step)) == files
+  assert os.path.isdir(os.path.join(checkpoints, '6'))  # trained again
+
+
+def test_empty_step_directory_is_set_aside(trained, tmp_path):
+  workdir = _copy(trained, tmp_path)
+  checkpoints = os.path.join(workdir, 'checkpoints')
+  os.makedirs(os.path.join(checkpoints, '99'))
+  result = nmt(
+      *RUN,
+      f'--workdir={workdir}',
+      '--config.train.num_steps=100',
+      '--config.train.checkpoint_every=1000',
+      check=False,
+  )
+  assert result.returncode == 0, result.stderr[-3000:]
+  assert f'{checkpoints}/99 is damaged' in result.stderr
+  assert 'resuming from step 6' in result.stderr
+  assert os.path.isdir(os.path.join(checkpoints, 'corrupt', '99'))
+
+
+def test_eval_falls_back_from_a_damaged_best_checkpoint(trained, tmp_path):
+  workdir = _copy(trained, tmp_path)
+  with open(os.path.join(workdir, 'eval_results.json')) as f:
+    best = json.load(f)['checkpoint_step']
+  _truncate(os.path.join(workdir, 'checkpoints', str(best)))
+  result = nmt(*RUN, f'--workdir={workdir}', '--mode=eval', check=False)
+  assert result.returncode == 0, result.stderr[-3000:]
+  assert 'Traceback' not in result.stderr
+  with open(os.path.join(workdir, 'eval_results.json')) as f:
+    assert json.load(f)['checkpoint_step'] != best
+  assert os.path.isdir(
+      os.path.join(workdir, 'checkpoints', 'corrupt', str(best))
+  )
+
+
+def test_every_checkpoint_damaged_is_one_error(trained, tmp_path):
+  workdir = _copy(trained, tmp_path)
+  for step in ('2', '4', '6'):
+    _delete_meta(os.path.join(workdir, 'checkpoints', step))
+  result = nmt(*RUN, f'--workdir={workdir}', check=False)
+  _one_line_error(result, 'every checkpoint of', 'is damaged')
+  assert sorted(
+      os.listdir(os.path.join(workdir, 'checkpoints', 'corrupt'))
+  ) == ['2', '4', '6']
+
+
+# ------------------------------------------------------------- two writers
+
+
+def test_second_writer_is_refused(trained, tmp_path):
+  workdir = _copy(trained, tmp_path)
+  holder = {
+      'host': socket.gethostname(),
+      'pid': os.getpid(),  # alive: this test
+      'since': '2026-01-01 00:00:00',
+      'command': 'python -m nmt_jax.main (the first run)',
+  }
+  with open(os.path.join(workdir, workdirs.LOCK_FILE), 'w') as f:
+    json.dump(holder, f)
+  before = snapshot(workdir)
+  for mode in ('train', 'eval'):
+    result = nmt(*RUN, f'--workdir={workdir}', f'--mode={mode}', check=False)
+    _one_line_error(result, f'is in use by pid {os.getpid()}', 'the first run')
+  assert snapshot(workdir) == before
+
+
+def test_stale_lock_of_a_dead_process_is_taken_over(trained, tmp_path):
+  workdir = _copy(trained, tmp_path)
+  dead = subprocess.Popen([sys.executable, '-c', 'pass'])
+  dead.wait()
+  with open(os.path.join(workdir, workdirs.LOCK_FILE), 'w') as f:
+    json.dump({'host': socket.gethostname(), 'pid': dead.pid}, f)
+  result = nmt(*RUN, f'--workdir={workdir}', '--mode=eval', check=False)
+  assert result.returncode == 0, result.stderr[-3000:]
+  assert 'taking over the stale lock' in result.stderr
+  assert not os.path.exists(os.path.join(workdir, workdirs.LOCK_FILE))
+
+
+def test_two_runs_at_once_one_is_refused(tmp_path):
+  workdir = str(tmp_path / 'w')
+  args = [
+      *RUN,
+      f'--workdir={workdir}',
+      '--config.train.num_steps=400',
+      '--config.train.checkpoint_every=1000',
+  ]
+  first = subprocess.Popen(
+      [sys.executable, '-m', 'nmt_jax.main', *args],
+      cwd=ROOT,
+      env=conftest.subprocess_env(),
+      stdout=subprocess.DEVNULL,
+      stderr=subprocess.DEVNULL,
+  )
+  try:
+    deadline = time.time() + 120
+    while not os.path.exists(os.path.join(workdir, workdirs.LOCK_FILE)):
+      assert time.time() < deadline and first.poll() is None
+      time.sleep(0.05)
+    second = nmt(*args, '--config.train.learning_rate=0.1', check=False)
+    _one_line_error(second, 'is in use by pid', str(first.pid))
+  finally:
+    first.kill()
+    first.wait()
+
+
+# ------------------------------------------------------------ model identity
+
+
+@pytest.mark.parametrize('mode', ['train', 'eval', 'translate'])
+def test_another_kind_on_a_workdir_is_refused(trained, tmp_path, mode):
+  workdir = _copy(trained, tmp_path)
+  before = snapshot(workdir)
+  result = nmt(
+      '--config=configs/local_m.py:tiny',
+      *QUICK,
+      f'--workdir={workdir}',
+      f'--mode={mode}',
+      check=False,
+      input_text='4 5 6\n',
+  )
+  _one_line_error(
+      result,
+      'holds another model',
+      "model.attention.kind: 'global' there, 'local_m' here",
+  )
+  assert snapshot(workdir) == before
+
+
+def test_decoding_fields_may_change_for_evaluation(tmp_path):
+  workdir = str(tmp_path / 'flexible')
+  config = 'configs/flexible.py:tiny'
+  nmt(f'--config={config}', *QUICK, f'--workdir={workdir}')
+  nmt(
+      f'--config={config}',
+      *QUICK,
+      f'--workdir={workdir}',
+      '--mode=eval',
+      '--config.model.attention.tau=1.0',
+      '--config.model.dropout=0.5',
+  )
+
+
+# ------------------------------------------------------------------ SIGTERM
+
+
+@pytest.mark.parametrize('checkpoint_every', [1000, 1])  # 1: during a save
+def test_sigterm_saves_a_checkpoint_and_resumes_exactly(
+    tmp_path, checkpoint_every
+):
+  args = [
+      f'--config={CONFIG}',
+      *QUICK,
+      '--config.train.num_steps=300',
+      f'--config.train.checkpoint_every={checkpoint_every}',
+      '--config.train.eval_every=1000',
+      '--config.train.log_every=1',
+      '--config.train.keep_checkpoints=2',
+  ]
+  straight, stopped = str(tmp_path / 'straight'), str(tmp_path / 'stopped')
+  nmt(*args, f'--workdir={straight}')
+  process = subprocess.Popen(
+      [sys.executable, '-m', 'nmt_jax.main', *args, f'--workdir={stopped}'],
+      cwd=ROOT,
+      env=conftest.subprocess_env(),
+      stdout=subprocess.DEVNULL,
+      stderr=subprocess.PIPE,
+      text=True,
+  )
+  metrics = os.path.join(stopped, 'metrics.jsonl')
+  deadline = time.time() + 300
+  while not (os.path.exists(metrics) and os.path.getsize(metrics) > 500):
+    assert time.time() < deadline and process.poll() is None
+    time.sleep(0.02)
+  process.send_signal(signal.SIGTERM)
+  _, stderr = process.communicate(timeout=120)
+  assert process.returncode == 143, stderr[-3000:]
+  assert 'Traceback' not in stderr
+  last = stderr.strip().splitlines()[-1]
+  assert last.startswith('stopped by SIGTERM after step') and 'resume' in last
+  step = int(last.split('after step ')[1].split(',')[0])
+  assert 0 < step < 300
+  assert str(step) in os.listdir(os.path.join(stopped, 'checkpoints'))
+
+  nmt(*args, f'--workdir={stopped}')
+  a, b = final_params(straight, 300), final_params(stopped, 300)
+  for key in a:
+    np.testing.assert_array_equal(a[key], b[key], err_msg=key)
+  # The resumed run recorded each step once.
+  steps = [
+      r['step'] for r in writers.read_metrics(stopped) if r['split'] == 'train'
+  ]
+  assert steps == sorted(set(steps)) and steps[-1] == 300
+
+
+# ----------------------------------------------------------- bad numbers
+
+
+def _set(config, field, value):
+  *parents, leaf = field.split('.')
+  node = config
+  for part in parents:
+    node = node[part]
+  node[leaf] = value
+
+
+def _float_fields():
+  config = default_config.get_config()
+  fields = []
+  for field in (
+      list(validation.POSITIVE)
+      + list(validation.NON_NEGATIVE)
+      + ['model.attention.sigma', 'model.attention.tau']
+  ):
+    node = config
+    for part in field.split('.'):
+      node = node[part]
+    if isinstance(node, float):
+      fields.append(field)
+  return fields
+
+
+@pytest.mark.parametrize('field', _float_fields())
+@pytest.mark.parametrize('value', [math.nan, math.inf, -math.inf])
+def test_nan_and_inf_are_refused_in_every_float_field(field, value):
+  config = default_config.get_config()
+  config.model.attention.kind = 'flexible'
+  _set(config, field, value)
+  if field == 'model.attention.tau' and value == math.inf:
+    validation.resolve(config)  # inf: the untruncated model
+    return
+  with pytest.raises(errors.ConfigError, match=field.replace('.', r'\.')):
+    validation.resolve(config)
+
+
+@pytest.mark.parametrize('seed', [-1, 2**64])
+def test_seed_out_of_range_is_refused(seed):
+  config = default_config.get_config()
+  config.seed = seed
+  with pytest.raises(errors.ConfigError, match='seed'):
+    validation.resolve(config)
+
+
+def test_divergence_stops_with_the_last_good_checkpoint(trained, tmp_path):
+  workdir = _copy(trained, tmp_path)
+  before = snapshot(os.path.join(workdir, 'checkpoints'))
+  result = nmt(
+      *RUN,
+      f'--workdir={workdir}',
+      '--config.train.learning_rate=1e30',
+      '--config.train.num_steps=40',
+      '--config.train.checkpoint_every=1000',
+      check=False,
+  )
+  _one_line_error(
+      result, 'training loss became', 'last good checkpoint (step 6)'
+  )
+  assert snapshot(os.path.join(workdir, 'checkpoints')) == before
+
+
+# ------------------------------------------------------- ordinary mistakes
+
+
+def test_num_steps_below_the_last_checkpoint(trained, tmp_path):
+  workdir = _copy(trained, tmp_path)
+  before = snapshot(workdir)
+  result = nmt(
+      *RUN, f'--workdir={workdir}', '--config.train.num_steps=3', check=False
+  )
+  _one_line_error(result, 'train.num_steps=3 is below the last checkpoint')
+  assert snapshot(workdir) == before
+
+
+def test_failure_before_training_leaves_no_empty_workdir(tmp_path):
+  workdir = str(tmp_path / 'new')
+  result = nmt(
+      *RUN,
+      f'--workdir={workdir}',
+      '--config.data.name=text:/nonexistent/x',
+      check=False,
+  )
+  assert result.returncode == 2
+  assert not os.path.exists(workdir)
+
+
+def test_metrics_reader_skips_a_half_written_last_line(trained, tmp_path):
+  workdir = _copy(trained, tmp_path)
+  with open(os.path.join(workdir, 'metrics.jsonl'), 'a') as f:
+    f.write('{"step": 7, "split": "tra')
+  records = runs.load_run(workdir).metrics
+  assert records and all(r['step'] <= 6 for r in records)
