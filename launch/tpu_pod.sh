@@ -13,8 +13,9 @@
 # and --project=ID. `run` starts `python -m nmt_jax.main --distributed=on` on every
 # worker; JAX finds the other workers itself. The workdir must be a directory all
 # workers see (a Filestore/NFS or gcsfuse mount): every process writes its shards of
-# each checkpoint there. `stop` sends SIGINT, so the run closes its checkpoints and
-# the same `run` command resumes it.
+# each checkpoint there. `stop` sends SIGINT to the process `run` started (its pid
+# in ~/nmt_jax.pid on each worker), so the run closes its checkpoints and the same
+# `run` command resumes it.
 set -euo pipefail
 REPO_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 source "$REPO_ROOT/launch/common.sh"
@@ -62,6 +63,7 @@ GCLOUD=(gcloud compute tpus tpu-vm)
 WHERE=(--zone="$ZONE")
 [[ -n "$PROJECT" ]] && WHERE+=(--project="$PROJECT")
 LOG='~/nmt_jax.log'
+PID='~/nmt_jax.pid'  # the launched run's process: `stop` ends it and nothing else
 
 case "$ACTION" in
   create)
@@ -86,14 +88,14 @@ pip install -e ~/nmt_jax[data] 'jax[tpu]>=0.10.2,<0.11'"
     COMMAND="$(quote python3 -m nmt_jax.main --distributed=on --config="$CONFIG" \
       --workdir="$WORKDIR" "${EXTRA[@]}")"
     run "${GCLOUD[@]}" ssh "$NAME" "${WHERE[@]}" --worker=all \
-      --command="cd ~/nmt_jax && nohup $COMMAND > $LOG 2>&1 &"
+      --command="cd ~/nmt_jax && nohup $COMMAND > $LOG 2>&1 & echo \$! > $PID"
     ;;
   logs)
     run "${GCLOUD[@]}" ssh "$NAME" "${WHERE[@]}" --worker="$WORKER" --command="tail -n 200 -f $LOG"
     ;;
   stop)
     run "${GCLOUD[@]}" ssh "$NAME" "${WHERE[@]}" --worker=all \
-      --command="pkill -INT -f nmt_jax.main || true"
+      --command="[ -f $PID ] && kill -INT \$(cat $PID) 2>/dev/null; rm -f $PID; true"
     ;;
   delete)
     run "${GCLOUD[@]}" delete "$NAME" "${WHERE[@]}" --quiet

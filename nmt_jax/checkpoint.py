@@ -183,12 +183,29 @@ class Checkpoints:
     )
     if data_iterator is not None:
       items['data'] = grain.checkpoint.CheckpointSave(data_iterator)
-    self.manager.save(
-        step,
-        args=ocp.args.Composite(**items),
-        metrics=None if bleu is None else {'bleu': float(bleu)},
-        force=True,
-    )
+    with self._writing(step):
+      self.manager.save(
+          step,
+          args=ocp.args.Composite(**items),
+          metrics=None if bleu is None else {'bleu': float(bleu)},
+          force=True,
+      )
+
+  @contextlib.contextmanager
+  def _writing(self, step):
+    """A failed save (disk full, storage gone) as one CheckpointError line.
+
+    Orbax writes into a temporary directory: the earlier checkpoints stay.
+    """
+    try:
+      yield
+    except Exception as e:  # OSError, or Orbax's wrapping of one
+      raise CheckpointError(
+          f'saving a checkpoint in {self.directory} failed'
+          f'{f" (step {step})" if step else ""}: {_one_line(e)}; free space'
+          ' or fix the storage, then run the same command again to resume'
+          ' from the last complete checkpoint'
+      ) from None
 
   def has_data_state(self, step: int) -> bool:
     """Whether `step` holds this process's data-iterator state.
@@ -328,8 +345,9 @@ class Checkpoints:
 
     An unfinished async save is lost.
     """
-    self.manager.wait_until_finished()
-    self.manager.close()
+    with self._writing(None):
+      self.manager.wait_until_finished()
+      self.manager.close()
 
 
 @contextlib.contextmanager

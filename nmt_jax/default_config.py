@@ -155,8 +155,9 @@ def get_config(arg=None):
   # Train for this many epochs of the training split instead of num_steps
   # (0 = use num_steps); fine-tuning sets 1.
   config.train.num_epochs = 0.0
-  # Stop when a step's loss exceeds this multiple of its running mean
-  # (divergence; a NaN or inf loss always stops). 0 = only non-finite.
+  # Stop when a step's loss exceeds this multiple of its running mean and
+  # log(target vocabulary size), the loss of a uniform guess (divergence; a
+  # NaN or inf loss always stops). 0 = only non-finite.
   config.train.divergence_factor = 10.0
   # On SIGTERM (preemption), save a checkpoint after the current step and stop
   # within this many seconds (GCE/TPU preemption and SLURM's default KillWait

@@ -138,6 +138,17 @@ def window_metrics(windows, source_lengths) -> Dict[str, float]:
   }
 
 
+def check_beam(beam_size: int, task: dataset.Task):
+  """A beam cannot be wider than the target vocabulary."""
+  vocab = len(task.target_vocab)
+  if beam_size > vocab:
+    raise ConfigError(
+        f'config: a beam of {beam_size} hypotheses is wider than the'
+        f' target vocabulary ({vocab} tokens); lower decode.beam_size'
+        ' (or train.eval_beam_size)'
+    )
+
+
 class Evaluator:
   """Validation loss and decoding of a split with one model.
 
@@ -180,13 +191,7 @@ class Evaluator:
   ):
     """-> (hypothesis texts in split order, window and timing metrics)."""
     if beam_size not in self._decoders:
-      vocab = len(self.task.target_vocab)
-      if beam_size > vocab:
-        raise ConfigError(
-            f'config: a beam of {beam_size} hypotheses is wider than the'
-            f' target vocabulary ({vocab} tokens); lower decode.beam_size'
-            ' (or train.eval_beam_size)'
-        )
+      check_beam(beam_size, self.task)
       self._decoders[beam_size] = decode.make_decode_fn(
           self.model, self.config.decode, beam_size
       )
@@ -259,9 +264,10 @@ def _evaluate(config, workdir, task, model, mesh, params, step):
   result['checkpoint_step'] = step
   if jax.process_index() == 0:
     writers.write_json(os.path.join(workdir, 'eval_results.json'), result)
-    path = os.path.join(workdir, 'eval_hypotheses.txt')
-    with open(path, 'w', encoding='utf-8') as f:
-      f.write(''.join(h + '\n' for h in hypotheses))
+    writers.write_text(
+        os.path.join(workdir, 'eval_hypotheses.txt'),
+        ''.join(h + '\n' for h in hypotheses),
+    )
     writer = writers.MetricWriter(workdir)
     writer.write(step, 'eval', scalars(result))
     writer.close()
@@ -283,22 +289,31 @@ def _evaluate(config, workdir, task, model, mesh, params, step):
 def translate(config, workdir: str, lines):
   """Translates source `lines` with the best checkpoint.
 
-  Returns the list of target texts.
+  Returns one target text per line (a blank line gives a blank line).
   """
   config = validation.resolve(config)
-  task, model, mesh, params, _ = workdirs.restore_for_inference(config, workdir)
-  if not lines:
+  numbered = [(i + 1, line.strip()) for i, line in enumerate(lines)]
+  numbered = [(number, line) for number, line in numbered if line]
+  if not numbered:
     raise ConfigError(
         'translate got no input sentences; pass --input=FILE or pipe text '
         'on stdin'
     )
-  split = dataset.sentences_split(lines, task.source_vocab)
-  longest = max(len(s) for s in split.source)
-  if longest > task.max_length:
-    raise ConfigError(
-        f"an input sentence has {longest - 1} tokens, more than the model's "
-        f'data.max_length={task.max_length - 1}; split the sentence'
-    )
+  task, model, mesh, params, _ = workdirs.restore_for_inference(config, workdir)
+  split = dataset.sentences_split(
+      [line for _, line in numbered],
+      task.source_vocab,
+      line_numbers=[number for number, _ in numbered],
+  )
+  for (number, _), source in zip(numbered, split.source):
+    if len(source) > task.max_length:
+      raise ConfigError(
+          f'input line {number} has {len(source) - 1} tokens, more than the'
+          f" model's data.max_length={task.max_length - 1}; split the sentence"
+      )
   evaluator = Evaluator(config, model, task, mesh)
   hypotheses, _ = evaluator.translate(params, split, config.decode.beam_size)
-  return hypotheses
+  out = [''] * len(lines)
+  for (number, _), hypothesis in zip(numbered, hypotheses):
+    out[number - 1] = hypothesis
+  return out

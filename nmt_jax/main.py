@@ -12,6 +12,7 @@ The logic lives in importable modules (train.py, evaluation.py); this file
 parses flags.
 """
 
+import importlib.util
 import logging as std_logging
 import os
 import signal
@@ -21,6 +22,7 @@ from absl import app
 from absl import flags
 from absl import logging
 import jax
+import ml_collections
 from ml_collections import config_flags
 
 from nmt_jax import errors
@@ -131,22 +133,46 @@ def run(config, workdir: str, mode: str):
   elif mode == 'prepare':
     train.prepare(config, workdir)
   else:
-    source = (
-        sys.stdin
-        if _INPUT.value == '-'
-        else open(_INPUT.value, encoding='utf-8')
-    )
-    with source:
-      lines = [line.strip() for line in source]
-    lines = [line for line in lines if line]
+    lines = _read_input(_INPUT.value)
+    _check_output(_OUTPUT.value)  # before decoding, not after
     hypotheses = evaluation.translate(config, workdir, lines)
-    out = (
-        sys.stdout
-        if _OUTPUT.value == '-'
-        else open(_OUTPUT.value, 'w', encoding='utf-8')
+    if _OUTPUT.value == '-':
+      sys.stdout.write(''.join(h + '\n' for h in hypotheses))
+      sys.stdout.flush()
+    else:
+      writers.write_text(_OUTPUT.value, ''.join(h + '\n' for h in hypotheses))
+
+
+def _read_input(path: str):
+  """translate's input lines (stdin for '-'); UTF-8, a BOM dropped."""
+  try:
+    if path == '-':
+      return sys.stdin.read().lstrip('\ufeff').splitlines()
+    with open(path, encoding='utf-8-sig') as f:
+      return f.read().splitlines()
+  except FileNotFoundError:
+    raise errors.UserError(
+        f'--input={path} does not exist; give a text file, one sentence per'
+        ' line (or - for stdin)'
+    ) from None
+  except (OSError, UnicodeDecodeError) as e:
+    raise errors.UserError(
+        f'--input={path} cannot be read ({e}); give a UTF-8 text file'
+    ) from None
+
+
+def _check_output(path: str):
+  if path == '-':
+    return
+  folder = os.path.dirname(os.path.abspath(path))
+  if not os.path.isdir(folder):
+    raise errors.UserError(
+        f'--output={path}: folder {folder} does not exist; create it first'
     )
-    out.write(''.join(h + '\n' for h in hypotheses))
-    out.flush()
+  if not os.access(folder, os.W_OK) or os.path.isdir(path):
+    raise errors.UserError(
+        f'--output={path} cannot be written; give a writable file path'
+    )
 
 
 def _fail(message: str):
@@ -154,17 +180,50 @@ def _fail(message: str):
   sys.exit(2)
 
 
+def _check_config_file(path: str, arg):
+  """One error line for a config file that does not load or give a config."""
+  try:
+    spec = importlib.util.spec_from_file_location('nmt_jax_config_check', path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+  except errors.UserError as e:
+    _fail(f'config file {path}: {e}')
+  except SyntaxError as e:
+    _fail(f'config file {path} line {e.lineno}: syntax error ({e.msg})')
+  except Exception as e:  # pylint: disable=broad-except
+    _fail(f'config file {path} fails to load: {type(e).__name__}: {e}')
+  get_config = getattr(module, 'get_config', None)
+  if not callable(get_config):
+    _fail(
+        f'config file {path} has no get_config(); define get_config(arg=None)'
+        ' returning an ml_collections.ConfigDict (see configs/)'
+    )
+  try:
+    config = get_config(arg) if arg is not None else get_config()
+  except errors.UserError as e:
+    _fail(f'config file {path}: {e}')
+  except Exception as e:  # pylint: disable=broad-except
+    _fail(f'config file {path}: get_config failed: {type(e).__name__}: {e}')
+  if not isinstance(config, ml_collections.ConfigDict):
+    _fail(
+        f'config file {path}: get_config() returned a'
+        f' {type(config).__name__}, not an ml_collections.ConfigDict; start'
+        ' from nmt_jax.default_config.get_config()'
+    )
+
+
 def parse_flags(argv):
   """Parses absl flags; config mistakes are one error line, not a traceback."""
   for arg in argv[1:]:
     if arg.startswith('--config='):
-      path = arg[len('--config=') :].split(':')[0]
+      path, _, config_arg = arg[len('--config=') :].partition(':')
       if not os.path.isfile(path):
         _fail(
             f'config file {path} does not exist (run from the repository root,'
             ' or give the path of a config file, e.g.'
             ' --config=configs/global_general.py)'
         )
+      _check_config_file(path, config_arg or None)
   try:
     return flags.FLAGS(argv)
   except (KeyError, AttributeError) as e:  # --config.<unknown field>=...

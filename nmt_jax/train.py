@@ -158,6 +158,8 @@ def _train_and_evaluate(config, workdir: str, mesh) -> Dict[str, Any]:
   setup = build(config, workdir, mesh)
   config, t = setup.config, setup.config.train
   task, batches, state = setup.task, setup.batches, setup.state
+  for beam_size in (config.decode.beam_size, t.eval_beam_size):
+    evaluation.check_beam(beam_size, task)  # before anything is written
   num_params = sum(x.size for x in jax.tree_util.tree_leaves(state.params))
   logging.info(
       'model: %s parameters; %d training batches per epoch',
@@ -205,7 +207,10 @@ def _train_and_evaluate(config, workdir: str, mesh) -> Dict[str, Any]:
     # ---------------------------------------------------------- the loop
     state = train_step.to_loop(state)
     progress = Progress(
-        train_step.metrics, ckpts.latest_step(), t.divergence_factor
+        train_step.metrics,
+        ckpts.latest_step(),
+        t.divergence_factor,
+        math.log(len(task.target_vocab)),
     )
     sigterm = stack.enter_context(
         preemption.Preemption(t.sigterm_grace_seconds)
@@ -279,17 +284,24 @@ class Progress:
   `push` holds a step's device metrics and fetches the previous step's, so
   the host never waits on the step it just dispatched (at most two steps in
   flight); `flush` fetches the held one. Every fetched loss is checked: a
-  non-finite one, or one above `divergence_factor` times the running mean
-  (0 = no such check), stops training.
+  non-finite one stops training, and so does one above `divergence_factor`
+  times the running mean (0 = no such check) that is also above
+  `uniform_loss`, the loss of guessing every token uniformly (log V): a
+  fine-tuned model's small loss may grow tenfold without diverging.
   """
 
   def __init__(
-      self, fetch: Callable, last_saved=None, divergence_factor: float = 0.0
+      self,
+      fetch: Callable,
+      last_saved=None,
+      divergence_factor: float = 0.0,
+      uniform_loss: float = 0.0,
   ):
     self._fetch = fetch
     self._pending = None  # (step, device metrics)
     self.last_saved = last_saved
     self.divergence_factor = divergence_factor
+    self.uniform_loss = uniform_loss
     self.running_loss = None  # exponential moving average of the step loss
     self.reset()
 
@@ -326,6 +338,7 @@ class Progress:
         self.divergence_factor
         and self.running_loss is not None
         and loss > self.divergence_factor * self.running_loss
+        and loss > self.uniform_loss
     )
     if diverged or not (
         math.isfinite(loss) and math.isfinite(host['grad_norm'])
@@ -336,10 +349,14 @@ class Progress:
           if diverged
           else ''
       )
+      kept = (
+          f'the last good checkpoint (step {self.last_saved}) is kept'
+          if self.last_saved
+          else 'no checkpoint was saved yet'
+      )
       raise TrainingError(
-          f'training loss became {loss:.4g} at step {step}{why}; stopped, the'
-          f' last good checkpoint (step {self.last_saved}) is kept; lower'
-          ' train.learning_rate or set train.clip_norm'
+          f'training loss became {loss:.4g} at step {step}{why}; stopped,'
+          f' {kept}; lower train.learning_rate or set train.clip_norm'
       )
     self.running_loss = (
         loss

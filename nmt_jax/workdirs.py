@@ -36,6 +36,12 @@ def prepare(workdir: str) -> bool:
   This happens before anything is written.
   """
   created = not os.path.exists(workdir)
+  checkpoints = os.path.join(workdir, 'checkpoints')
+  if os.path.exists(checkpoints) and not os.path.isdir(checkpoints):
+    raise CheckpointError(
+        f'{checkpoints} is a file, not a directory; move it away or use'
+        ' another --workdir'
+    )
   try:
     os.makedirs(workdir, exist_ok=True)
     probe = os.path.join(workdir, f'.write-test-{os.getpid()}')

@@ -80,6 +80,14 @@ def write_json(path: str, obj: Dict[str, Any]):
   os.replace(tmp, path)
 
 
+def write_text(path: str, text: str):
+  """Writes a text file atomically (temporary file, then rename)."""
+  tmp = f'{path}.tmp-{os.getpid()}'
+  with open(tmp, 'w', encoding='utf-8') as f:
+    f.write(text)
+  os.replace(tmp, path)
+
+
 def read_metrics(workdir: str):
   """The records of <workdir>/metrics.jsonl, in order.
 

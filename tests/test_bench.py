@@ -1,9 +1,13 @@
 """`python -m nmt_jax.bench` runs and writes its JSON (no timing asserted)."""
 
 import json
+import os
 
 import pytest
 
+from nmt_jax import data
+from nmt_jax import default_config
+from nmt_jax import validation
 from nmt_jax.tools import bench_data
 from tests import conftest
 
@@ -92,3 +96,28 @@ def test_synthetic_corpus_is_parallel_and_bounded(tmp_path):
     assert len(de) == len(en) == count
     assert all(1 <= len(s.split()) <= 30 for s in de + en)
     assert all(len(t.split()) >= len(s.split()) for s, t in zip(de, en))
+
+
+def test_bench_data_leaves_a_real_workdir_untouched(tmp_path):
+  prefix = str(tmp_path / 'c')
+  bench_data.write_synthetic_corpus(prefix, 200, max_words=10)
+  corpus = [
+      '--config=configs/global_general.py:tiny',
+      f'--config.data.name=text:{prefix}',
+      '--config.data.vocab.kind=word',
+      '--config.data.max_length=12',
+  ]
+  workdir = tmp_path / 'run'
+  conftest.run_module(
+      'nmt_jax.main', *corpus, f'--workdir={workdir}', '--mode=prepare'
+  )
+  config = default_config.get_config('tiny')
+  config.data.name = f'text:{prefix}'
+  config.data.vocab.kind = 'word'
+  config.data.max_length = 12
+  # writes the encoded cache, as training does
+  data.load_task(validation.resolve(config).data, 0, str(workdir))
+  before = sorted(os.listdir(workdir / 'data_cache'))
+  assert before
+  bench('data', *corpus, f'--data_workdir={workdir}', '--steps=2')
+  assert sorted(os.listdir(workdir / 'data_cache')) == before

@@ -117,7 +117,7 @@ def test_eval_and_translate_modes(trained, tmp_path):
       *QUICK,
   )
   lines = target.read_text().splitlines()
-  assert len(lines) == 3  # the empty line is skipped
+  assert len(lines) == 4 and lines[2] == ''  # one output line per input line
   assert all(set(line.split()) <= set('abcdef') for line in lines)
   piped = nmt(
       f'--config={CONFIG}',

@@ -243,7 +243,9 @@ def test_prepare_train_eval_translate_on_a_text_corpus(tmp_path):
       'sentencepiece', ['völlig andere Wörter'] * 50, size=30
   ).save(os.path.join(workdir, 'vocab', 'spm_shared.model'))
   for mode in ('train', 'eval'):
-    result = nmt(*args, f'--mode={mode}', check=False)
+    result = nmt(
+        *args, f'--mode={mode}', '--config.train.num_steps=6', check=False
+    )
     assert result.returncode == 2
     assert (
         'different source vocabulary' in result.stderr.strip().splitlines()[-1]

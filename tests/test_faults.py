@@ -19,8 +19,10 @@ import time
 import numpy as np
 import pytest
 
+from nmt_jax import checkpoint
 from nmt_jax import default_config
 from nmt_jax import errors
+from nmt_jax import train
 from nmt_jax import validation
 from nmt_jax import workdirs
 from nmt_jax import writers
@@ -426,3 +428,143 @@ def test_metrics_reader_skips_a_half_written_last_line(trained, tmp_path):
     f.write('{"step": 7, "split": "tra')
   records = runs.load_run(workdir).metrics
   assert records and all(r['step'] <= 6 for r in records)
+
+
+def test_translate_input_and_output_errors_come_before_decoding(
+    trained, tmp_path
+):
+  before = snapshot(trained)
+  result = nmt(
+      f'--config={CONFIG}',
+      f'--workdir={trained}',
+      '--mode=translate',
+      f'--input={tmp_path}/nonexistent.txt',
+      check=False,
+  )
+  _one_line_error(result, 'nonexistent.txt does not exist')
+  result = nmt(
+      f'--config={CONFIG}',
+      f'--workdir={trained}',
+      '--mode=translate',
+      f'--output={tmp_path}/missing/out.txt',
+      check=False,
+      input_text='a b\n',
+  )
+  _one_line_error(result, 'missing does not exist; create it first')
+  assert snapshot(trained) == before
+
+
+def test_translate_keeps_line_numbers_and_blank_lines(trained, tmp_path):
+  out = nmt(
+      f'--config={CONFIG}',
+      f'--workdir={trained}',
+      '--mode=translate',
+      input_text='a b\n\nc d\n',
+  )
+  assert len(out.stdout.split('\n')) == 4 and out.stdout.split('\n')[1] == ''
+  result = nmt(
+      f'--config={CONFIG}',
+      f'--workdir={trained}',
+      '--mode=translate',
+      input_text='a b\n\n\n\nz z\n',
+      check=False,
+  )
+  _one_line_error(result, "token 'z' on line 5")
+
+
+@pytest.mark.parametrize(
+    'text, message',
+    [
+        ('def get_config(:\n', 'line 1: syntax error'),
+        ('import no_such_module\n', "No module named 'no_such_module'"),
+        ('x = 1\n', 'has no get_config()'),
+        (
+            'def get_config(arg=None):\n  return {"a": 1}\n',
+            'returned a dict, not an ml_collections.ConfigDict',
+        ),
+        (
+            'def get_config(arg=None):\n  raise RuntimeError("oops")\n',
+            'get_config failed: RuntimeError: oops',
+        ),
+    ],
+)
+def test_broken_config_files_are_one_line(tmp_path, text, message):
+  path = tmp_path / 'broken.py'
+  path.write_text(text)
+  result = nmt(f'--config={path}', f'--workdir={tmp_path}/w', check=False)
+  _one_line_error(result, message)
+  assert not os.path.exists(tmp_path / 'w')
+
+
+def test_beam_wider_than_the_vocabulary_fails_before_training(tmp_path):
+  result = nmt(
+      *RUN,
+      f'--workdir={tmp_path}/w',
+      '--config.decode.beam_size=100000',
+      check=False,
+  )
+  _one_line_error(result, 'wider than the target vocabulary (10 tokens)')
+  assert not os.path.exists(tmp_path / 'w')
+
+
+def test_checkpoints_as_a_file_is_one_line(tmp_path):
+  os.makedirs(tmp_path / 'w')
+  (tmp_path / 'w' / 'checkpoints').write_text('not a directory')
+  result = nmt(*RUN, f'--workdir={tmp_path}/w', check=False, timeout=120)
+  _one_line_error(result, 'checkpoints is a file, not a directory')
+
+
+def test_disk_full_during_a_save_is_one_line(tmp_path, monkeypatch):
+  def full(*args, **kwargs):
+    raise OSError(28, 'No space left on device')
+
+  monkeypatch.setattr(checkpoint.ocp.CheckpointManager, 'save', full)
+  config = default_config.get_config('tiny')
+  with pytest.raises(errors.CheckpointError) as error:
+    train.train_and_evaluate(config, str(tmp_path / 'w'))
+  message = str(error.value)
+  assert 'No space left on device' in message and '\n' not in message
+  assert 'run the same command again to resume' in message
+
+
+def _text_corpus(tmp_path, dev_de, dev_en, train_prefix=b''):
+  lines = open(os.path.join(ROOT, 'tests/data/numbers.train.de'), 'rb').read()
+  targets = open(os.path.join(ROOT, 'tests/data/numbers.train.en'), 'rb').read()
+  (tmp_path / 'c.train.de').write_bytes(train_prefix + lines)
+  (tmp_path / 'c.train.en').write_bytes(targets)
+  (tmp_path / 'c.dev.de').write_bytes(dev_de)
+  (tmp_path / 'c.dev.en').write_bytes(dev_en)
+  return [
+      f'--config={CONFIG}',
+      *QUICK,
+      f'--config.data.name=text:{tmp_path}/c',
+      '--config.data.vocab.kind=word',
+      '--config.data.max_length=20',
+      f'--workdir={tmp_path}/w',
+  ]
+
+
+def test_cr_line_endings_and_a_bom_are_read_as_text(tmp_path):
+  args = _text_corpus(
+      tmp_path,
+      b'eins zwei\rdrei\r',
+      b'one two\rthree\r',
+      train_prefix=b'\xef\xbb\xbf',
+  )
+  nmt(*args, '--config.train.num_steps=2')
+  vocab = open(glob.glob(f'{tmp_path}/w/vocab/*')[0], encoding='utf-8').read()
+  assert '\ufeff' not in vocab
+
+
+def test_blank_dev_files_get_the_right_advice(tmp_path):
+  args = _text_corpus(tmp_path, b'\n\n \n', b'\n\n\n')
+  result = nmt(*args, check=False)
+  _one_line_error(result, 'give both sides of each line some text')
+  assert 'max_length' not in result.stderr.strip().splitlines()[-1]
+
+
+def test_test_split_with_one_language_file_is_one_line(tmp_path):
+  args = _text_corpus(tmp_path, b'eins\n', b'one\n')
+  (tmp_path / 'c.test.de').write_bytes(b'eins\n')
+  result = nmt(*args, check=False)
+  _one_line_error(result, 'c.test.en is missing')

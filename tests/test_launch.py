@@ -48,12 +48,9 @@ def test_tpu_pod_run_starts_every_worker_with_the_exact_command():
   remote = next(a for a in argv if a.startswith('--command='))[
       len('--command=') :
   ]
-  assert remote.startswith('cd ~/nmt_jax && nohup ') and remote.endswith(
-      '> ~/nmt_jax.log 2>&1 &'
-  )
-  command = shlex.split(
-      remote[len('cd ~/nmt_jax && nohup ') : -len('> ~/nmt_jax.log 2>&1 &')]
-  )
+  tail = '> ~/nmt_jax.log 2>&1 & echo $! > ~/nmt_jax.pid'
+  assert remote.startswith('cd ~/nmt_jax && nohup ') and remote.endswith(tail)
+  command = shlex.split(remote[len('cd ~/nmt_jax && nohup ') : -len(tail)])
   assert command == [
       'python3',
       '-m',
@@ -79,7 +76,8 @@ def test_tpu_pod_run_starts_every_worker_with_the_exact_command():
             'stop',
             (
                 'gcloud compute tpus tpu-vm ssh nmt --zone=z --worker=all '
-                "'--command=pkill -INT -f nmt_jax.main || true'"
+                "'--command=[ -f ~/nmt_jax.pid ] && kill -INT"
+                " $(cat ~/nmt_jax.pid) 2>/dev/null; rm -f ~/nmt_jax.pid; true'"
             ),
         ),
         ('delete', 'gcloud compute tpus tpu-vm delete nmt --zone=z --quiet'),

@@ -75,9 +75,15 @@ def encode_split(
         max_length,
     )
   if not len(split):
+    fixes = []
+    if dropped['empty']:
+      fixes.append('give both sides of each line some text')
+    if dropped['too_long']:
+      fixes.append(f'raise data.max_length (now {max_length})')
     raise DataError(
-        f'{where}: no pair left after skipping {dropped["empty"]} empty and '
-        f'{dropped["too_long"]} over-long ones; raise data.max_length'
+        f'{where}: no pair left after skipping {dropped["empty"]} with an'
+        f' empty side and {dropped["too_long"]} over-long ones; '
+        + ', or '.join(fixes)
     )
   return split, dropped
 

@@ -5,7 +5,9 @@ optionally, test, one sentence per line, UTF-8, line i of the source file
 translating line i of the target file. Reading errors name the file and line.
 """
 
+import codecs
 import os
+import re
 from typing import List, Optional, Tuple
 
 from nmt_jax.data import encoding
@@ -30,7 +32,11 @@ def read_lines(path: str) -> List[str]:
         ' languages'
     )
   with open(path, 'rb') as f:
-    raw = f.read().split(b'\n')
+    data = f.read()
+  if data.startswith(codecs.BOM_UTF8):
+    data = data[len(codecs.BOM_UTF8) :]
+  # Unix, Windows and old Mac (CR only) line endings alike.
+  raw = re.split(b'\r\n|\r|\n', data)
   if raw and raw[-1] == b'':
     raw.pop()
   if not raw:
@@ -38,7 +44,7 @@ def read_lines(path: str) -> List[str]:
   lines = []
   for number, line in enumerate(raw, 1):
     try:
-      lines.append(line.decode('utf-8').rstrip('\r'))
+      lines.append(line.decode('utf-8'))
     except UnicodeDecodeError as e:
       raise DataError(
           f'{path}:{number}: invalid UTF-8 (byte {e.start}); convert the file'
@@ -87,6 +93,13 @@ def load_task(data_config, workdir: Optional[str], build_missing: bool):
           f'the {SPLIT_FILES[split]} split is missing: expected {paths}'
       )
   splits = [s for s in SPLIT_FILES if has_split(prefix, s, src, tgt)]
+  for split in splits:
+    for path in split_paths(prefix, split, src, tgt):
+      if not os.path.isfile(path):
+        raise DataError(
+            f'{path} is missing: the {SPLIT_FILES[split]} split needs a file'
+            ' per language (or, for test, neither)'
+        )
   names = {
       split: ' / '.join(split_paths(prefix, split, src, tgt))
       for split in splits

@@ -88,7 +88,14 @@ def bench_data(
           f'{time.perf_counter() - start:.1f} s',
           file=sys.stderr,
       )
-    workdir = workdir or os.path.join(scratch, 'workdir')
+    # A scratch workdir, so that a real run's data cache is never touched;
+    # a given workdir lends its vocabularies.
+    own = os.path.join(scratch, 'workdir')
+    if workdir and os.path.isdir(os.path.join(workdir, 'vocab')):
+      shutil.copytree(
+          os.path.join(workdir, 'vocab'), os.path.join(own, 'vocab')
+      )
+    workdir = own
     vocab_s = cached_s = 0.0
     if config.data.name not in data.embedded.NAMES:
       start = time.perf_counter()
