@@ -224,7 +224,7 @@ def plot_tau_tradeoff(
           f'{run.workdir} has no tau_sweep.json; run python -m nmt_jax.sweep'
           f' tau --config=... --workdir={run.workdir}'
       )
-    rows = sorted(run.tau_sweep, key=lambda r: r.get(key, 0.0))
+    rows = sorted(run.tau_sweep, key=lambda r: float(r['tau']))
     x = [100 * r.get(key, math.nan) for r in rows]
     ax.plot(x, [r['bleu'] for r in rows], marker='o', label=run.name)
     for r, xi in zip(rows, x):
@@ -252,7 +252,10 @@ def plot_tau_tradeoff(
           else 'mean positions scored (% of the source)'
       ),
       ylabel='BLEU',
-      title='BLEU vs window over tau',
+      title=(
+          f'BLEU vs {"window" if measure == "window" else "positions scored"}'
+          ' over tau'
+      ),
   )
   ax.grid(alpha=0.3)
   ax.legend(fontsize='small')

@@ -1,0 +1,119 @@
+"""Training metrics between two log lines, fetched one step late and checked.
+
+A NaN or infinite loss, or a diverging one, stops training with a
+TrainingError naming the last good checkpoint.
+"""
+
+import math
+import time
+from typing import Callable, Dict
+
+import jax
+
+from nmt_jax.errors import TrainingError
+
+
+class Progress:
+  """Training metrics since the last log, fetched one step late.
+
+  `push` holds a step's device metrics and fetches the previous step's, so
+  the host never waits on the step it just dispatched (at most two steps in
+  flight); `flush` fetches the held one. Every fetched loss is checked: a
+  non-finite one stops training, and so does one above `divergence_factor`
+  times the running mean (0 = no such check) that is also above
+  `uniform_loss`, the loss of guessing every token uniformly (log V): a
+  fine-tuned model's small loss may grow tenfold without diverging.
+  """
+
+  def __init__(
+      self,
+      fetch: Callable,
+      last_saved=None,
+      divergence_factor: float = 0.0,
+      uniform_loss: float = 0.0,
+  ):
+    self._fetch = fetch
+    self._pending = None  # (step, device metrics)
+    self.last_saved = last_saved
+    self.divergence_factor = divergence_factor
+    self.uniform_loss = uniform_loss
+    self.running_loss = None  # exponential moving average of the step loss
+    self.reset()
+
+  def reset(self):
+    self.sums = {'loss_sum': 0.0, 'tokens': 0.0, 'grad_norm': 0.0}
+    self.steps = 0
+    self.sentences = 0
+    self.restart_clock()
+
+  def restart_clock(self):
+    self._clock = time.perf_counter()
+
+  @property
+  def seconds(self) -> float:
+    return time.perf_counter() - self._clock
+
+  @property
+  def seconds_per_step(self) -> float:
+    return self.seconds / max(self.steps, 1)
+
+  def push(self, step: int, device_metrics, local_sentences: int):
+    self.flush()
+    self._pending = (step, device_metrics)
+    self.sentences += local_sentences * jax.process_count()
+
+  def flush(self):
+    if self._pending is None:
+      return
+    step, device_metrics = self._pending
+    self._pending = None
+    host = {k: float(v) for k, v in self._fetch(device_metrics).items()}
+    loss = host['loss_sum'] / max(host['tokens'], 1.0)
+    diverged = (
+        self.divergence_factor
+        and self.running_loss is not None
+        and loss > self.divergence_factor * self.running_loss
+        and loss > self.uniform_loss
+    )
+    if diverged or not (
+        math.isfinite(loss) and math.isfinite(host['grad_norm'])
+    ):
+      why = (
+          f' ({loss / self.running_loss:.3g} times its running mean'
+          f' {self.running_loss:.4g}, above train.divergence_factor)'
+          if diverged
+          else ''
+      )
+      kept = (
+          f'the last good checkpoint (step {self.last_saved}) is kept'
+          if self.last_saved
+          else 'no checkpoint was saved yet'
+      )
+      raise TrainingError(
+          f'training loss became {loss:.4g} at step {step}{why}; stopped,'
+          f' {kept}; lower train.learning_rate or set train.clip_norm'
+      )
+    self.running_loss = (
+        loss
+        if self.running_loss is None
+        else 0.9 * self.running_loss + 0.1 * loss
+    )
+    for key in self.sums:
+      self.sums[key] += host[key]
+    self.steps += 1
+
+  def summary(self, step, devices, steps_per_epoch, schedule) -> Dict:
+    """The metrics.jsonl 'train' record of the steps since the last reset."""
+    elapsed, tokens = self.seconds, self.sums['tokens']
+    return {
+        'loss': self.sums['loss_sum'] / max(tokens, 1.0),
+        # Target tokens of the global batch, over all devices and per device.
+        'tokens_per_sec': tokens / elapsed,
+        'tokens_per_sec_per_device': tokens / elapsed / devices,
+        # Sentences per step (varies by bucket with data.batch_tokens).
+        'global_batch': self.sentences / max(self.steps, 1),
+        'devices': devices,
+        'grad_norm': self.sums['grad_norm'] / max(self.steps, 1),
+        'learning_rate': float(schedule(step - 1)),
+        'epoch': step / steps_per_epoch,
+    }
