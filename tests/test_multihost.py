@@ -2,6 +2,7 @@
 
 import json
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -149,3 +150,42 @@ def test_distributed_flag_mistakes(tmp_path, flags, message):
   )
   assert result.returncode == 2
   assert message in result.stderr.strip().splitlines()[-1]
+
+
+def test_sigterm_stops_both_processes_at_the_same_step(tmp_path):
+  """JAX's preemption service agrees on the step; both save it and exit 143."""
+  workdir = tmp_path / 'run'
+  args = [
+      f'--config={CONFIG}',
+      *QUICK,
+      '--config.train.num_steps=600',
+      '--config.train.checkpoint_every=10000',
+      '--config.train.eval_every=10000',
+      '--config.train.log_every=10',
+      f'--workdir={workdir}',
+  ]
+  port = free_port()
+  processes = [start(0, port, *args), start(1, port, *args)]
+  try:
+    metrics = workdir / 'metrics.jsonl'
+    deadline = time.time() + 300
+    while not (metrics.exists() and metrics.stat().st_size > 2000):
+      assert time.time() < deadline, 'no training progress'
+      assert all(p.poll() is None for p in processes), 'a process ended'
+      time.sleep(0.05)
+    for p in processes:
+      p.send_signal(signal.SIGTERM)
+    errors = [p.communicate(timeout=120)[1] for p in processes]
+  finally:
+    for p in processes:
+      if p.poll() is None:
+        p.kill()
+  lasts = [err.strip().splitlines()[-1] for err in errors]
+  for p, err, last in zip(processes, errors, lasts):
+    assert p.returncode == 143, err[-3000:]
+    assert last.startswith('stopped by SIGTERM after step'), last
+  assert lasts[0] == lasts[1]  # the same step
+  step = lasts[0].split('after step ')[1].split(',')[0]
+  assert os.listdir(workdir / 'checkpoints') == [step]
+  run_two_processes(*args)  # resumes and finishes
+  assert '600' in os.listdir(workdir / 'checkpoints')
