@@ -115,6 +115,9 @@ def get_config(arg=None):
   config.model.readout_size = 0
   # Optional extra tanh layer between htilde_t and the softmax. 0 = none.
   config.model.output_hidden_size = 0
+  # The softmax layer reuses the target embeddings (W_s = E^T, one parameter);
+  # the layer before it must then have embed_size units.
+  config.model.tie_embeddings = False
   # Initial forget-gate bias (flax's cells start at 0; 1 trains better).
   config.model.forget_bias = 1.0
 

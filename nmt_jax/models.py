@@ -172,7 +172,13 @@ class Decoder(nn.Module):
       self.bridge_h = [nn.Dense(h_size) for _ in range(cfg.num_decoder_layers)]
     if cfg.output_hidden_size:
       self.output_hidden = nn.Dense(cfg.output_hidden_size)
-    self.output = nn.Dense(self.vocab_size)
+    if cfg.tie_embeddings:
+      # W_s is the target embedding matrix (Press & Wolf 2017): E^T.
+      self.output_bias = self.param(
+          'output_bias', nn.initializers.zeros_init(), (self.vocab_size,)
+      )
+    else:
+      self.output = nn.Dense(self.vocab_size)
     self.dropout = nn.Dropout(cfg.dropout)
 
   def initial(self, memory, lengths, encoder_finals):
@@ -272,6 +278,8 @@ class Decoder(nn.Module):
     """htilde [..., H] -> logits [..., V]."""
     if self.config.output_hidden_size:
       htilde = jnp.tanh(self.output_hidden(htilde))
+    if self.config.tie_embeddings:
+      return self.embed.attend(htilde) + self.output_bias
     return self.output(htilde)
 
   def __call__(self, cache, state, target_in, train=False, with_weights=False):

@@ -125,6 +125,21 @@ def validate(config):
 
 
 def _check_model(model):
+  if model.tie_embeddings:
+    kind = attention.get(model.attention.kind)
+    readout = model.readout_size or model.hidden_size
+    if model.readout == 'luong' and not kind.HAS_CONTEXT:
+      readout = model.hidden_size
+    width = model.output_hidden_size or readout
+    if width != model.embed_size:
+      raise errors.config_error(
+          'model.tie_embeddings',
+          True,
+          f'needs the layer before the softmax ({width} units) to have'
+          f' model.embed_size={model.embed_size} units',
+          f'set model.readout_size={model.embed_size} (or output_hidden_size),'
+          ' or tie_embeddings=False',
+      )
   if model.dropout >= 1:
     raise errors.config_error(
         'model.dropout', model.dropout, 'must be below 1', 'use e.g. 0.2'

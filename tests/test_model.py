@@ -9,7 +9,9 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from nmt_jax import errors
 from nmt_jax import models
+from nmt_jax import validation
 from tests import helpers
 
 MAXOUT = (('readout', 'bahdanau_maxout'),)
@@ -26,6 +28,7 @@ VARIANTS = [
     ('global', 'general', 'current', (('readout_size', 6),)),
     # the rnnsearch preset's decoder
     ('global', 'concat', 'previous', (('input_feeding', False),)),
+    ('global', 'general', 'current', (('tie_embeddings', True),)),
 ]
 
 
@@ -232,3 +235,43 @@ def test_readout_size_sets_the_one_layer_before_the_softmax():
   assert params['combine']['kernel'].shape == (32, 6)  # [c_t; h_t] -> 6
   assert params['output']['kernel'].shape == (6, helpers.VOCAB)
   assert 'output_hidden' not in params
+
+
+def test_tied_embeddings_share_one_parameter():
+  config = helpers.tiny_config('global', 'general', tie_embeddings=True)
+  model = helpers.make_model(config)
+  params = helpers.init_params(model)
+  decoder = params['decoder']
+  assert 'output' not in decoder and decoder['output_bias'].shape == (
+      helpers.VOCAB,
+  )
+  htilde = np.random.default_rng(0).normal(size=(3, 16)).astype(np.float32)
+  logits = model.apply(
+      {'params': params}, htilde, method=lambda m, h: m.decoder.logits(h)
+  )
+  expected = htilde @ np.asarray(decoder['embed']['embedding']).T
+  np.testing.assert_allclose(
+      logits, expected + decoder['output_bias'], rtol=1e-5, atol=1e-6
+  )
+  # The softmax layer's gradient reaches the (shared) embedding matrix.
+  source, target_in, target_out = helpers.random_batch(
+      np.random.default_rng(1), 3, 6, 6
+  )
+
+  def output_loss(embedding):
+    tied = jax.tree_util.tree_map(lambda x: x, params)
+    tied['decoder']['embed']['embedding'] = embedding
+    logits, _ = model.apply({'params': tied}, source, target_in)
+    return jnp.sum(jax.nn.log_softmax(logits)[..., 4])
+
+  grad = jax.grad(output_loss)(decoder['embed']['embedding'])
+  # The softmax layer reads row 4 of the shared matrix: its gradient gets there.
+  assert np.any(np.asarray(grad[4]) != 0)
+
+
+def test_tied_embeddings_need_a_matching_width():
+  config = helpers.tiny_config('global', 'general')
+  config.model.tie_embeddings = True
+  config.model.readout_size = 8
+  with pytest.raises(errors.ConfigError, match='model.tie_embeddings'):
+    validation.resolve(config)
