@@ -306,9 +306,8 @@ class Checkpoints:
       steps = [s for s in self.manager.all_steps() if s not in skipped]
       if not steps:
         return None, None
-      step = max(steps)
-      if best and self.best_step() not in skipped:
-        step = self.best_step()
+      best_step = self.best_step() if best else None
+      step = best_step if best_step in steps else max(steps)
       try:
         return step, restore_fn(step)
       except DamagedCheckpoint as e:

@@ -92,9 +92,10 @@ def decode_split(
       hypotheses[index] = (
           tokens[: end[0]] if len(end) else tokens[tokens != PAD]
       )
-      for total, sums in zip(windows, out.windows):
-        total[index] = sums[row]
-      source_lengths[index] = lengths[row]
+    real = rows >= 0  # rows of -1 pad the batch
+    for total, sums in zip(windows, out.windows):
+      total[rows[real]] = sums[real]
+    source_lengths[rows[real]] = lengths[real]
   stats = {
       'windows': windows,
       'source_lengths': source_lengths,

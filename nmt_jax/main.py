@@ -200,7 +200,7 @@ def _check_config_file(path: str, arg):
     )
   try:
     config = get_config(arg) if arg is not None else get_config()
-  except errors.UserError as e:
+  except (errors.UserError, ValueError) as e:  # e.g. an unknown preset
     _fail(f'config file {path}: {e}')
   except Exception as e:  # pylint: disable=broad-except
     _fail(f'config file {path}: get_config failed: {type(e).__name__}: {e}')

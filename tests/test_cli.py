@@ -42,6 +42,15 @@ def snapshot(workdir):
   return digest
 
 
+def wait_until(condition, processes, timeout=300):
+  """Polls `condition()`; fails if a process ends first or time runs out."""
+  deadline = time.time() + timeout
+  while not condition():
+    assert time.time() < deadline, 'timed out waiting'
+    assert all(p.poll() is None for p in processes), 'a process ended'
+    time.sleep(0.02)
+
+
 def final_params(workdir, step):
   import jax  # pylint: disable=g-import-not-at-top
 

@@ -14,7 +14,6 @@ import signal
 import socket
 import subprocess
 import sys
-import time
 
 import numpy as np
 import pytest
@@ -33,6 +32,7 @@ from tests.test_cli import ROOT
 from tests.test_cli import final_params
 from tests.test_cli import nmt
 from tests.test_cli import snapshot
+from tests.test_cli import wait_until
 
 CONFIG = 'configs/global_general.py:tiny'
 RUN = [
@@ -232,10 +232,8 @@ def test_two_runs_at_once_one_is_refused(tmp_path):
       stderr=subprocess.DEVNULL,
   )
   try:
-    deadline = time.time() + 120
-    while not os.path.exists(os.path.join(workdir, workdirs.LOCK_FILE)):
-      assert time.time() < deadline and first.poll() is None
-      time.sleep(0.05)
+    lock = os.path.join(workdir, workdirs.LOCK_FILE)
+    wait_until(lambda: os.path.exists(lock), [first], timeout=120)
     second = nmt(*args, '--config.train.learning_rate=0.1', check=False)
     _one_line_error(second, 'is in use by pid', str(first.pid))
   finally:
@@ -307,10 +305,10 @@ def test_sigterm_saves_a_checkpoint_and_resumes_exactly(
       text=True,
   )
   metrics = os.path.join(stopped, 'metrics.jsonl')
-  deadline = time.time() + 300
-  while not (os.path.exists(metrics) and os.path.getsize(metrics) > 500):
-    assert time.time() < deadline and process.poll() is None
-    time.sleep(0.02)
+  wait_until(
+      lambda: os.path.exists(metrics) and os.path.getsize(metrics) > 500,
+      [process],
+  )
   process.send_signal(signal.SIGTERM)
   _, stderr = process.communicate(timeout=120)
   assert process.returncode == 143, stderr[-3000:]

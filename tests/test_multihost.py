@@ -15,6 +15,7 @@ from tests import conftest
 from tests.test_cli import QUICK
 from tests.test_cli import final_params
 from tests.test_cli import nmt
+from tests.test_cli import wait_until
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CONFIG = 'configs/global_general.py:tiny'
@@ -168,11 +169,9 @@ def test_sigterm_stops_both_processes_at_the_same_step(tmp_path):
   processes = [start(0, port, *args), start(1, port, *args)]
   try:
     metrics = workdir / 'metrics.jsonl'
-    deadline = time.time() + 300
-    while not (metrics.exists() and metrics.stat().st_size > 2000):
-      assert time.time() < deadline, 'no training progress'
-      assert all(p.poll() is None for p in processes), 'a process ended'
-      time.sleep(0.05)
+    wait_until(
+        lambda: metrics.exists() and metrics.stat().st_size > 2000, processes
+    )
     for p in processes:
       p.send_signal(signal.SIGTERM)
     errors = [p.communicate(timeout=120)[1] for p in processes]
