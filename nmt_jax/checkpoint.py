@@ -267,17 +267,14 @@ class Checkpoints:
       _verify(restored.state, restored.meta.get('checksums'))
     return restored.state, restored.meta
 
-  def restore_params(
-      self, step: int, abstract_params, sharding, what: str = 'this config'
-  ) -> Tuple[Any, Dict[str, Any]]:
-    """(params, meta) of `step`, checked against abstract_params.
+  def restore_tree(self, step: int, sharding) -> Tuple[Any, Dict[str, Any]]:
+    """(state as stored: nested dicts of arrays, meta) of `step`, verified.
 
-    The params are placed with `sharding`. The target is built from the
+    The arrays are placed with `sharding`; the target is built from the
     stored shapes, so a checkpoint written on any number of devices or
-    processes restores here. Raises as `restore`.
+    processes restores here. Raises DamagedCheckpoint as `restore`.
     """
     with _reading():
-      self.check_compatible(step, abstract_params, what, subtree='params')
       stored = self.manager.item_metadata(step)['state']
       target = jax.tree_util.tree_map(
           lambda m: jax.ShapeDtypeStruct(m.shape, m.dtype, sharding=sharding),
@@ -290,9 +287,21 @@ class Checkpoints:
               meta=ocp.args.JsonRestore(),
           ),
       )
-      params = restored.state['params']
-      _verify(params, restored.meta.get('checksums'), prefix='params/')
-    return params, restored.meta
+      _verify(restored.state, restored.meta.get('checksums'))
+    return restored.state, restored.meta
+
+  def restore_params(
+      self, step: int, abstract_params, sharding, what: str = 'this config'
+  ) -> Tuple[Any, Dict[str, Any]]:
+    """(params, meta) of `step`, checked against abstract_params.
+
+    The params are placed with `sharding` (see restore_tree). Raises as
+    `restore`.
+    """
+    with _reading():
+      self.check_compatible(step, abstract_params, what, subtree='params')
+    state, meta = self.restore_tree(step, sharding)
+    return state['params'], meta
 
   def first_good(self, restore_fn: Callable[[int], Any], best: bool = False):
     """restore_fn(step) of the newest (or best) step that is not damaged.

@@ -1,7 +1,9 @@
 """Greedy search, beam search and teacher-forced decoding.
 
 All three are pure functions of (params, source) compiled with jit; the
-per-token loop is a `lax.while_loop`, never Python. Every row of a batch is
+per-token loop is a `lax.while_loop`, never Python. The searches take a model
+or a scorer (scorers.py: one model or an ensemble, whose params are then a
+tuple of the members' parameters). Every row of a batch is
 decoded independently of the others (its own length limit, its own stopping
 test), so outputs do not depend on the batch size or on source padding.
 
@@ -19,6 +21,7 @@ import numpy as np
 
 from nmt_jax import attention
 from nmt_jax import models
+from nmt_jax import scorers
 from nmt_jax.vocab import BOS
 from nmt_jax.vocab import EOS
 from nmt_jax.vocab import PAD
@@ -58,11 +61,12 @@ class DecodeOutput(NamedTuple):
   # [B] its score (log-probability, length-normalised for beams)
   scores: jax.Array
   windows: Windows
-  diagnostics: Optional[Dict[str, jax.Array]] = (
-      None  # per step [B, T, ...] of the best hypothesis
-  )
+  # Per step [B, T, ...] of the best hypothesis: every diagnostic
+  # (with_diagnostics) and/or 'alignment' (alignments: argmax source position).
+  diagnostics: Optional[Dict[str, jax.Array]] = None
   nbest_tokens: Optional[jax.Array] = None  # [B, K, T] beam search only
-  nbest_scores: Optional[jax.Array] = None  # [B, K]
+  nbest_scores: Optional[jax.Array] = None  # [B, K] (-inf: empty slot)
+  nbest_diagnostics: Optional[Dict[str, jax.Array]] = None  # [B, K, T, ...]
 
 
 def max_steps(source_length: int, ratio: float, offset: int) -> int:
@@ -94,8 +98,26 @@ def restrict(log_probs, step, limits):
   return jnp.where(never | last | over, NEG_INF, log_probs)
 
 
-def _apply(model, params, *args, method):
-  return model.apply({'params': params}, *args, method=method)
+def _recorded(diagnostics, with_diagnostics: bool, alignments: bool):
+  """What a search keeps of a step's diagnostics [N, ...] (None: nothing)."""
+  kept = dict(diagnostics) if with_diagnostics else {}
+  if alignments:
+    weights = attention.source_weights(diagnostics)
+    kept['alignment'] = jnp.argmax(weights, axis=-1).astype(jnp.int32)
+  return kept or None
+
+
+def _stepper(scorer, params, cache, with_diagnostics, alignments):
+  """fn(state, tokens) -> (state, log_probs, kept diagnostics, diagnostics)."""
+
+  def step_fn(state, tokens):
+    state, log_probs, diagnostics = scorer.step(
+        params, state, cache, tokens, with_diagnostics or alignments
+    )
+    kept = _recorded(diagnostics, with_diagnostics, alignments)
+    return state, log_probs, kept, diagnostics
+
+  return step_fn
 
 
 def _history(diagnostics, length):
@@ -113,30 +135,18 @@ def greedy_search(
     *,
     ratio: float,
     offset: int,
-    with_diagnostics: bool = False
+    with_diagnostics: bool = False,
+    alignments: bool = False
 ) -> DecodeOutput:
   """Argmax decoding of source [B, S] -> DecodeOutput."""
   batch = source.shape[0]
   steps = max_steps(source.shape[1], ratio, offset)
   limits = length_limits(source, ratio, offset)
-  cache, state = _apply(model, params, source, method=models.Seq2Seq.encode)
-
-  def step_fn(state, tokens):
-    return _apply(
-        model,
-        params,
-        state,
-        cache,
-        tokens,
-        with_diagnostics,
-        method=models.Seq2Seq.decode_step,
-    )
-
-  history = None
-  if with_diagnostics:
-    history = _history(
-        jax.eval_shape(step_fn, state, jnp.zeros((batch,), jnp.int32))[2], steps
-    )
+  scorer = scorers.as_scorer(model)
+  cache, state = scorer.encode(params, source)
+  step_fn = _stepper(scorer, params, cache, with_diagnostics, alignments)
+  kept = jax.eval_shape(step_fn, state, jnp.zeros((batch,), jnp.int32))[2]
+  history = None if kept is None else _history(kept, steps)
 
   def cond(carry):
     i, done = carry[0], carry[3]
@@ -144,8 +154,8 @@ def greedy_search(
 
   def body(carry):
     i, state, tokens, done, out, score, windows, history = carry
-    state, logits, diagnostics = step_fn(state, tokens)
-    log_probs = restrict(jax.nn.log_softmax(logits), i, limits)
+    state, log_probs, kept, diagnostics = step_fn(state, tokens)
+    log_probs = restrict(log_probs, i, limits)
     best = jnp.argmax(log_probs, axis=-1).astype(jnp.int32)
     live = ~done
     score = score + jnp.where(live, jnp.max(log_probs, axis=-1), 0.0)
@@ -154,7 +164,7 @@ def greedy_search(
     out = out.at[:, i].set(tokens)
     if history is not None:
       history = jax.tree_util.tree_map(
-          lambda h, d: h.at[:, i].set(d), history, diagnostics
+          lambda h, d: h.at[:, i].set(d), history, kept
       )
     return (
         i + 1,
@@ -205,7 +215,8 @@ def beam_search(
     alpha: float,
     ratio: float,
     offset: int,
-    with_diagnostics: bool = False
+    with_diagnostics: bool = False,
+    alignments: bool = False
 ) -> DecodeOutput:
   """Batched beam search of source [B, S] -> DecodeOutput with the n-best lists.
 
@@ -221,28 +232,19 @@ def beam_search(
   batch, k = source.shape[0], beam_size
   steps = max_steps(source.shape[1], ratio, offset)
   limits = length_limits(source, ratio, offset)
-  cache, decoder = _apply(model, params, source, method=models.Seq2Seq.encode)
+  scorer = scorers.as_scorer(model)
+  cache, decoder = scorer.encode(params, source)
   repeat = lambda x: jnp.repeat(x, k, axis=0)  # [B, ...] -> [B*K, ...]
   cache, decoder = jax.tree_util.tree_map(repeat, (cache, decoder))
   flat_limits = repeat(limits)
   batch_offset = (jnp.arange(batch) * k)[:, None]  # [B, 1]
-
-  def step_fn(decoder, tokens):
-    return _apply(
-        model,
-        params,
-        decoder,
-        cache,
-        tokens,
-        with_diagnostics,
-        method=models.Seq2Seq.decode_step,
-    )
+  step_fn = _stepper(scorer, params, cache, with_diagnostics, alignments)
 
   live_history = fin_history = None
-  if with_diagnostics:
-    shapes = jax.eval_shape(
-        step_fn, decoder, jnp.zeros((batch * k,), jnp.int32)
-    )[2]
+  shapes = jax.eval_shape(step_fn, decoder, jnp.zeros((batch * k,), jnp.int32))[
+      2
+  ]
+  if shapes is not None:
     live_history = jax.tree_util.tree_map(
         lambda h: h.reshape((batch, k) + h.shape[1:]), _history(shapes, steps)
     )
@@ -263,10 +265,12 @@ def beam_search(
     return (s.i < steps) & ~jnp.all(rows_done(s))
 
   def body(s: BeamState):
-    decoder, logits, diagnostics = step_fn(s.decoder, s.tokens.reshape(-1))
-    vocab = logits.shape[-1]
+    decoder, log_probs, kept, diagnostics = step_fn(
+        s.decoder, s.tokens.reshape(-1)
+    )
+    vocab = log_probs.shape[-1]
     # [B*K, V]
-    log_probs = restrict(jax.nn.log_softmax(logits), s.i, flat_limits)
+    log_probs = restrict(log_probs, s.i, flat_limits)
     candidates = s.live_logp[..., None] + log_probs.reshape(batch, k, vocab)
     # [B, 2K]
     top_logp, top_index = jax.lax.top_k(
@@ -305,7 +309,7 @@ def beam_search(
       stepped = jax.tree_util.tree_map(
           lambda h, d: h.at[:, :, s.i].set(d.reshape((batch, k) + d.shape[1:])),
           live_history,
-          diagnostics,
+          kept,
       )
       top_history = jax.tree_util.tree_map(
           lambda h: gather(h, top_beam), stepped
@@ -354,17 +358,16 @@ def beam_search(
   has_finished = s.fin_scores[:, :1] > NEG_INF  # [B, 1]
   nbest_tokens = jnp.where(has_finished[..., None], s.fin_seqs, s.live_seqs)
   nbest_scores = jnp.where(has_finished, s.fin_scores, s.live_logp)
-  history = None
+  nbest_history = history = None
   if s.fin_history is not None:
-    history = jax.tree_util.tree_map(
+    nbest_history = jax.tree_util.tree_map(
         lambda fin, live: jnp.where(
-            has_finished.reshape((batch,) + (1,) * (fin.ndim - 2)),
-            fin[:, 0],
-            live[:, 0],
+            has_finished.reshape((batch,) + (1,) * (fin.ndim - 1)), fin, live
         ),
         s.fin_history,
         s.live_history,
     )
+    history = jax.tree_util.tree_map(lambda h: h[:, 0], nbest_history)
   return DecodeOutput(
       nbest_tokens[:, 0],
       nbest_scores[:, 0],
@@ -372,6 +375,7 @@ def beam_search(
       history,
       nbest_tokens,
       nbest_scores,
+      nbest_history,
   )
 
 
@@ -396,13 +400,18 @@ def make_decode_fn(
     decode_config,
     beam_size: Optional[int] = None,
     with_diagnostics: bool = False,
+    alignments: bool = False,
 ):
-  """Jitted fn(params, source) -> DecodeOutput for `beam_size` (1 = greedy)."""
+  """Jitted fn(params, source) -> DecodeOutput for `beam_size` (1 = greedy).
+
+  `model`: a models.Seq2Seq or a scorer (scorers.py).
+  """
   beam_size = decode_config.beam_size if beam_size is None else beam_size
   common = dict(
       ratio=decode_config.max_length_ratio,
       offset=decode_config.max_length_offset,
       with_diagnostics=with_diagnostics,
+      alignments=alignments,
   )
   if beam_size == 1:
     fn = functools.partial(greedy_search, model, **common)

@@ -20,6 +20,8 @@ A config file calls `get_config(arg)` and changes what its experiment needs:
                batch 128, beam 10).
   'shu_de_en'  Shu & Nakayama 2017 WMT'15 De-En setup (Bahdanau base model,
                50k words, beam 20).
+  'luong_sgd'  Luong et al. 2015's recipe: SGD, lr 1.0 halved every epoch
+               after epoch 5, 10 epochs, clip 5, batch 128.
   'tiny'       test-sized model (16 units, few steps) for the test suite.
 Presets compose with commas: `copy100,tiny`. The two real-corpus presets read
 TFDS data: run them once with --mode=prepare (downloads the corpus).
@@ -86,6 +88,9 @@ def get_config(arg=None):
   config.data.vocab.model_type = 'bpe'
   # word/char: tokens seen fewer times become <unk>.
   config.data.vocab.min_count = 1
+  # Feed the source tokens in reverse order (Sutskever et al. 2014); EOS stays
+  # last. Alignments and attention maps are reported in the original order.
+  config.data.reverse_source = False
 
   # ---------------------------------------------------------------- model
   config.model = ml_collections.ConfigDict()
@@ -129,6 +134,8 @@ def get_config(arg=None):
   config.train = ml_collections.ConfigDict()
   config.train.num_steps = 2_000
   config.train.batch_size = 64
+  # 'adam' or 'sgd' (plain SGD, as Luong et al. 2015; the luong_sgd preset).
+  config.train.optimizer = 'adam'
   config.train.learning_rate = 3e-3
   # 'constant', 'halve' (halve every epoch from epoch halve_from_epoch, as Shu)
   # or 'warmup_rsqrt' (linear warmup, then lr * sqrt(warmup / step)).
@@ -158,14 +165,26 @@ def get_config(arg=None):
   # Train for this many epochs of the training split instead of num_steps
   # (0 = use num_steps); fine-tuning sets 1.
   config.train.num_epochs = 0.0
-  # Stop when a step's loss exceeds this multiple of its running mean and
-  # log(target vocabulary size), the loss of a uniform guess (divergence; a
-  # NaN or inf loss always stops). 0 = only non-finite.
+  # Stop when the loss exceeds this multiple of its running mean and
+  # log(target vocabulary size), the loss of a uniform guess, for
+  # divergence_steps steps in a row (divergence; a NaN or inf loss always
+  # stops). 0 = only non-finite.
   config.train.divergence_factor = 10.0
+  config.train.divergence_steps = 20
   # On SIGTERM (preemption), save a checkpoint after the current step and stop
   # within this many seconds (GCE/TPU preemption and SLURM's default KillWait
   # allow 30 s).
   config.train.sigterm_grace_seconds = 25.0
+  # Learning-rate decay on a validation plateau: after plateau_patience
+  # validations without a better plateau_metric ('bleu' or 'loss'), multiply
+  # the learning rate by plateau_decay (0 = off; e.g. 0.5), on top of the
+  # schedule.
+  config.train.plateau_decay = 0.0
+  config.train.plateau_patience = 2
+  config.train.plateau_metric = 'bleu'
+  # Early stopping: stop after this many validations without a better
+  # plateau_metric (0 = off); the best checkpoint is then evaluated.
+  config.train.early_stopping_patience = 0
   # Start from the best checkpoint of another workdir (fine-tuning).
   config.train.init_from = ''
 
@@ -183,6 +202,19 @@ def get_config(arg=None):
   # decoding time (min over repeats filters out other work on the machine;
   # 1 = decode once).
   config.decode.timing_repeats = 1
+  # translate/eval write the N best hypotheses of each sentence in Moses
+  # n-best format, 'i ||| hypothesis ||| score' (0 = off; at most beam_size).
+  config.decode.nbest = 0
+  # 'pharaoh': translate/eval also write hard alignments 'i-j' (source token i,
+  # target token j) from the argmax of the attention (memory attention:
+  # beta alpha^T). '' = off.
+  config.decode.alignments = ''
+  # Word vocabularies: each <unk> of a hypothesis becomes the source word it is
+  # aligned to (Luong et al. 2015).
+  config.decode.replace_unk = False
+  # Ensembles (--workdir=A,B): average the members' 'log_probs' per step
+  # (OpenNMT-py, Marian) or their 'probs' (fairseq).
+  config.decode.ensemble_average = 'log_probs'
 
   # ---------------------------------------------------------------- parallelism
   config.parallel = ml_collections.ConfigDict()
@@ -297,6 +329,23 @@ def shu_de_en(config):
   config.decode.beam_size = 20
 
 
+def luong_sgd(config):
+  """Luong, Pham & Manning 2015's training recipe on top of any model.
+
+  Plain SGD at learning rate 1.0, halved every epoch after epoch 5, 10
+  epochs, gradient norm clipped at 5, batch 128. (Their uniform [-0.1, 0.1]
+  initialisation is not reproduced: parameters keep the model's initialisers.)
+  """
+  config.train.optimizer = 'sgd'
+  config.train.learning_rate = 1.0
+  config.train.schedule = 'halve'
+  config.train.halve_from_epoch = 6
+  config.train.num_epochs = 10.0
+  config.train.clip_norm = 5.0
+  config.train.batch_size = 128
+  config.train.warmup_steps = 0
+
+
 def tiny(config):
   """A test-sized model (16 units, 4 steps) for the test suite."""
   config.data.max_length = 8
@@ -325,6 +374,7 @@ PRESETS = {
     'wmt17_de_en': wmt17_de_en,
     'rnnsearch': rnnsearch,
     'shu_de_en': shu_de_en,
+    'luong_sgd': luong_sgd,
     'tiny': tiny,
 }
 

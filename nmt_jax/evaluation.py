@@ -1,30 +1,61 @@
-"""Validation and evaluation: decoding a split, loss, BLEU.
+"""Validation and evaluation: decoding and scoring a split, loss, BLEU.
 
-Also the eval and translate modes.
+The eval, translate and score modes built on it are in inference.py.
 """
 
-import functools
-import os
-from typing import Any, Dict, Optional
+import dataclasses
+from typing import Any, Dict, List, NamedTuple, Optional
 
-from absl import logging
 import jax
 import jax.numpy as jnp
 import numpy as np
 
 from nmt_jax import decode
 from nmt_jax import metrics as metrics_lib
+from nmt_jax import outputs
 from nmt_jax import parallel
-from nmt_jax import steps
+from nmt_jax import scorers
 from nmt_jax import timing
-from nmt_jax import validation
-from nmt_jax import workdirs
-from nmt_jax import writers
 from nmt_jax.data import batching
 from nmt_jax.data import dataset
 from nmt_jax.errors import ConfigError
 from nmt_jax.vocab import EOS
 from nmt_jax.vocab import PAD
+
+
+class Hypothesis(NamedTuple):
+  """One decoded hypothesis."""
+
+  ids: np.ndarray  # [T] token ids, EOS removed
+  score: float  # greedy: log-probability; beam: / GNMT length penalty
+  alignment: Optional[np.ndarray]  # [T] argmax source index (decode alignments)
+
+
+def _strip(tokens) -> np.ndarray:
+  """Decoded [T] ids -> the hypothesis: up to its EOS, PAD dropped."""
+  end = np.flatnonzero(tokens == EOS)
+  return tokens[: end[0]] if len(end) else tokens[tokens != PAD]
+
+
+def _nbest(out, row: int) -> List[Hypothesis]:
+  """The n-best list of one decoded row, best first (greedy: one entry)."""
+  aligned = lambda d, ids: None if d is None else d['alignment'][: len(ids)]
+  if out.nbest_tokens is None:
+    ids = _strip(out.tokens[row])
+    row_diagnostics = jax.tree_util.tree_map(lambda x: x[row], out.diagnostics)
+    return [
+        Hypothesis(ids, float(out.scores[row]), aligned(row_diagnostics, ids))
+    ]
+  entries = []
+  for k, score in enumerate(out.nbest_scores[row]):
+    if not np.isfinite(score):  # an empty slot of the n-best list
+      continue
+    ids = _strip(out.nbest_tokens[row, k])
+    hyp_diagnostics = jax.tree_util.tree_map(
+        lambda x, k=k: x[row, k], out.nbest_diagnostics
+    )
+    entries.append(Hypothesis(ids, float(score), aligned(hyp_diagnostics, ids)))
+  return entries
 
 
 def decode_split(
@@ -47,7 +78,7 @@ def decode_split(
   `timing_repeats` > 1 the whole split is decoded that many times and
   `decode_seconds` is the fastest pass (the least disturbed by other work on
   the machine); `decode_seconds_all` lists every pass.
-  Returns (hypotheses: id arrays in split order, without EOS; statistics:
+  Returns (n-best lists of Hypothesis in split order, best first; statistics:
   'windows' (decode.Windows of numpy [N] arrays in split order),
   'source_lengths' [N] (EOS included), decode_seconds, compile_seconds).
   """
@@ -79,20 +110,15 @@ def decode_split(
     outputs, seconds = timing.timed(run_pass)
     passes.append(seconds)
 
-  hypotheses = [None] * count
+  nbest = [None] * count
   windows = decode.Windows(*(np.zeros(count) for _ in decode.Windows._fields))
   source_lengths = np.zeros(count)
   for (rows, batch), out in zip(batches, outputs):
     lengths = np.sum(batch['source'] != PAD, axis=1)
     for row, index in enumerate(rows):
-      if index < 0:
-        continue
-      tokens = out.tokens[row]
-      end = np.flatnonzero(tokens == EOS)
-      hypotheses[index] = (
-          tokens[: end[0]] if len(end) else tokens[tokens != PAD]
-      )
-    real = rows >= 0  # rows of -1 pad the batch
+      if index >= 0:  # rows of -1 pad the batch
+        nbest[index] = _nbest(out, row)
+    real = rows >= 0
     for total, sums in zip(windows, out.windows):
       total[rows[real]] = sums[real]
     source_lengths[rows[real]] = lengths[real]
@@ -103,7 +129,7 @@ def decode_split(
       'decode_seconds_all': passes,
       'compile_seconds': compile_seconds,
   }
-  return hypotheses, stats
+  return nbest, stats
 
 
 def window_metrics(windows, source_lengths) -> Dict[str, float]:
@@ -150,38 +176,121 @@ def check_beam(beam_size: int, task: dataset.Task):
     )
 
 
-class Evaluator:
-  """Validation loss and decoding of a split with one model.
+@dataclasses.dataclass
+class Decoded:
+  """A decoded split: texts and, per sentence, its n-best list."""
 
-  The jitted functions are cached.
+  texts: List[str]  # the best hypothesis of each sentence
+  nbest: List[List[Hypothesis]]  # best first, at most the beam size
+  info: Dict[str, Any]  # window and timing metrics
+
+  def positions(self, split, sentence: int, k: int = 0, reverse=False):
+    """[T] source token aligned to each token of hypothesis k (-1: none)."""
+    hypothesis = self.nbest[sentence][k]
+    return outputs.source_positions(
+        hypothesis.alignment, len(split.source[sentence]) - 1, reverse
+    )
+
+
+class Evaluator:
+  """Scoring and decoding of a split with one model or an ensemble.
+
+  `model`: a models.Seq2Seq or a scorer (scorers.py). The jitted functions
+  are cached.
   """
 
   def __init__(self, config, model, task: dataset.Task, mesh):
-    self.config, self.model, self.task, self.mesh = config, model, task, mesh
+    self.config, self.task, self.mesh = config, task, mesh
+    self.scorer = scorers.as_scorer(model)
     self.boundaries = batching.bucket_boundaries(
         task.max_length, config.data.num_buckets
     )
-    self._eval_step = jax.jit(functools.partial(steps.eval_step, model=model))
+    self._target_log_probs = jax.jit(
+        lambda params, batch: scorers.target_log_probs(
+            self.scorer,
+            params,
+            batch['source'],
+            batch['target_in'],
+            batch['target_out'],
+        )
+    )
     self._decoders = {}
+
+  def token_log_probs(self, params, split, batch_size: int):
+    """Teacher-forced log-probability of each target token (EOS included).
+
+    Returns one [len(target)] array per pair, in split order.
+    """
+    out = [None] * len(split)
+    for rows, batch in batching.eval_batches(
+        split, batch_size, self.boundaries
+    ):
+      sharded = parallel.shard_global_batch(batch, self.mesh)
+      values = parallel.to_host(self._target_log_probs(params, sharded))
+      for row, index in enumerate(rows):
+        if index >= 0:
+          out[index] = values[row, : len(split.target[index])]
+    return out
 
   def loss(self, params, split: dataset.Split) -> float:
     """Teacher-forced loss per target token."""
-    sums = {'loss_sum': 0.0, 'tokens': 0.0}
-    batch_size = self.config.train.batch_size
-    for _, batch in batching.eval_batches(split, batch_size, self.boundaries):
-      sharded = parallel.shard_global_batch(batch, self.mesh)
-      out = jax.device_get(self._eval_step(params, sharded))
-      sums = {k: sums[k] + float(out[k]) for k in sums}
-    return sums['loss_sum'] / max(sums['tokens'], 1.0)
+    values = self.token_log_probs(
+        params, split, self.sentences_per_batch(self.config.train.batch_size)
+    )
+    tokens = sum(len(v) for v in values)
+    return -float(sum(np.sum(v, dtype=np.float64) for v in values)) / max(
+        tokens, 1
+    )
+
+  def sentences_per_batch(self, size: int) -> int:
+    """`size` rounded to a multiple of the number of devices (at least 1)."""
+    devices = self.mesh.devices.size
+    return max(devices, size // devices * devices)
 
   def decode_batch_size(self, beam_size: int) -> int:
-    """Sentences per decoding batch: decode.batch_size hypotheses.
+    """Sentences per decoding batch: decode.batch_size hypotheses."""
+    return self.sentences_per_batch(
+        max(1, self.config.decode.batch_size // beam_size)
+    )
 
-    A multiple of the number of devices.
+  def decode(
+      self,
+      params,
+      split: dataset.Split,
+      beam_size: int,
+      limit: Optional[int] = None,
+      alignments: bool = False,
+  ) -> Decoded:
+    """Decodes the split's sources (the first `limit`).
+
+    With `alignments` each hypothesis has its argmax source positions.
     """
-    devices = self.mesh.devices.size
-    size = max(1, self.config.decode.batch_size // beam_size)
-    return max(devices, size // devices * devices)
+    key = (beam_size, alignments)
+    if key not in self._decoders:
+      check_beam(beam_size, self.task)
+      self._decoders[key] = decode.make_decode_fn(
+          self.scorer, self.config.decode, beam_size, alignments=alignments
+      )
+    nbest, stats = decode_split(
+        self._decoders[key],
+        params,
+        split,
+        self.decode_batch_size(beam_size),
+        self.boundaries,
+        limit,
+        mesh=self.mesh,
+        timing_repeats=self.config.decode.timing_repeats,
+    )
+    count = max(len(nbest), 1)
+    info = window_metrics(stats['windows'], stats['source_lengths'])
+    info['decode_ms_per_sentence'] = 1000 * stats['decode_seconds'] / count
+    info['decode_compile_seconds'] = stats['compile_seconds']
+    if len(stats['decode_seconds_all']) > 1:
+      info['decode_ms_per_sentence_all'] = [
+          1000 * t / count for t in stats['decode_seconds_all']
+      ]
+    texts = [self.task.target_vocab.decode(n[0].ids) for n in nbest]
+    return Decoded(texts, nbest, info)
 
   def translate(
       self,
@@ -191,30 +300,20 @@ class Evaluator:
       limit: Optional[int] = None,
   ):
     """-> (hypothesis texts in split order, window and timing metrics)."""
-    if beam_size not in self._decoders:
-      check_beam(beam_size, self.task)
-      self._decoders[beam_size] = decode.make_decode_fn(
-          self.model, self.config.decode, beam_size
-      )
-    hyps, stats = decode_split(
-        self._decoders[beam_size],
-        params,
-        split,
-        self.decode_batch_size(beam_size),
-        self.boundaries,
-        limit,
-        mesh=self.mesh,
-        timing_repeats=self.config.decode.timing_repeats,
+    decoded = self.decode(params, split, beam_size, limit)
+    return decoded.texts, decoded.info
+
+  def metrics(self, params, split, decoded: Decoded, beam_size: int):
+    """BLEU (+ signature), chrF, RIBES and loss of decoded texts."""
+    references = split.target_text[: len(decoded.texts)]
+    result = metrics_lib.translation_metrics(
+        decoded.texts, references, self.config.data.target_lang
     )
-    count = max(len(hyps), 1)
-    info = window_metrics(stats['windows'], stats['source_lengths'])
-    info['decode_ms_per_sentence'] = 1000 * stats['decode_seconds'] / count
-    info['decode_compile_seconds'] = stats['compile_seconds']
-    if len(stats['decode_seconds_all']) > 1:
-      info['decode_ms_per_sentence_all'] = [
-          1000 * t / count for t in stats['decode_seconds_all']
-      ]
-    return [self.task.target_vocab.decode(h) for h in hyps], info
+    result.update(decoded.info)
+    result['loss'] = self.loss(params, split)
+    result['beam_size'] = beam_size
+    result['num_sentences'] = len(decoded.texts)
+    return result
 
   def evaluate(
       self,
@@ -224,97 +323,10 @@ class Evaluator:
       limit: Optional[int] = None,
   ):
     """Loss, BLEU (+ signature), chrF, RIBES, window size and decoding time."""
-    hypotheses, info = self.translate(params, split, beam_size, limit)
-    references = split.target_text[: len(hypotheses)]
-    result = metrics_lib.translation_metrics(
-        hypotheses, references, self.config.data.target_lang
-    )
-    result.update(info)
-    result['loss'] = self.loss(params, split)
-    result['beam_size'] = beam_size
-    result['num_sentences'] = len(hypotheses)
-    return result, hypotheses
+    decoded = self.decode(params, split, beam_size, limit)
+    return self.metrics(params, split, decoded, beam_size), decoded.texts
 
 
 def scalars(result: Dict) -> Dict:
   """A result's numeric entries (what metrics.jsonl and TensorBoard take)."""
   return {k: v for k, v in result.items() if isinstance(v, (int, float))}
-
-
-def evaluate(config, workdir: str) -> Dict[str, Any]:
-  """Decodes the test split (else validation) with the best checkpoint.
-
-  The beam size is decode.beam_size. Writes eval_results.json,
-  eval_hypotheses.txt and an 'eval' record in metrics.jsonl.
-  """
-  config = validation.resolve(config)
-  task, model, mesh, params, step = workdirs.restore_for_inference(
-      config, workdir
-  )
-  workdirs.prepare(workdir)  # writable: fail now, not after decoding
-  with workdirs.locked(workdir):
-    return _evaluate(config, workdir, task, model, mesh, params, step)
-
-
-def _evaluate(config, workdir, task, model, mesh, params, step):
-  evaluator = Evaluator(config, model, task, mesh)
-  result, hypotheses = evaluator.evaluate(
-      params, task.test_or_eval, config.decode.beam_size
-  )
-  result['eval_split'] = 'test' if task.test is not None else 'validation'
-  result['checkpoint_step'] = step
-  if jax.process_index() == 0:
-    writers.write_json(os.path.join(workdir, 'eval_results.json'), result)
-    writers.write_text(
-        os.path.join(workdir, 'eval_hypotheses.txt'),
-        ''.join(h + '\n' for h in hypotheses),
-    )
-    writer = writers.MetricWriter(workdir)
-    writer.write(step, 'eval', scalars(result))
-    writer.close()
-  logging.info(
-      'evaluation of step %d (beam %d): BLEU %.2f | chrF %.2f | RIBES %.4f | '
-      'avg window %.1f | %.2f ms/sentence',
-      step,
-      config.decode.beam_size,
-      result['bleu'],
-      result['chrf'],
-      result['ribes'],
-      result['avg_window'],
-      result['decode_ms_per_sentence'],
-  )
-  logging.info('sacreBLEU signature: %s', result['bleu_signature'])
-  return result
-
-
-def translate(config, workdir: str, lines):
-  """Translates source `lines` with the best checkpoint.
-
-  Returns one target text per line (a blank line gives a blank line).
-  """
-  config = validation.resolve(config)
-  numbered = [(i + 1, line.strip()) for i, line in enumerate(lines)]
-  numbered = [(number, line) for number, line in numbered if line]
-  if not numbered:
-    raise ConfigError(
-        'translate got no input sentences; pass --input=FILE or pipe text '
-        'on stdin'
-    )
-  task, model, mesh, params, _ = workdirs.restore_for_inference(config, workdir)
-  split = dataset.sentences_split(
-      [line for _, line in numbered],
-      task.source_vocab,
-      line_numbers=[number for number, _ in numbered],
-  )
-  for (number, _), source in zip(numbered, split.source):
-    if len(source) > task.max_length:
-      raise ConfigError(
-          f'input line {number} has {len(source) - 1} tokens, more than the'
-          f" model's data.max_length={task.max_length - 1}; split the sentence"
-      )
-  evaluator = Evaluator(config, model, task, mesh)
-  hypotheses, _ = evaluator.translate(params, split, config.decode.beam_size)
-  out = [''] * len(lines)
-  for (number, _), hypothesis in zip(numbered, hypotheses):
-    out[number - 1] = hypothesis
-  return out

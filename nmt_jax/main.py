@@ -5,6 +5,10 @@
   python -m nmt_jax.main --config=... --workdir=... --mode=eval
   echo "a b c" | python -m nmt_jax.main --config=... --workdir=... \
       --mode=translate
+  python -m nmt_jax.main --config=... --workdir=A,B --mode=score \
+      --source=src.txt --target=tgt.txt
+
+--workdir=A,B (eval, translate, score) decodes with an ensemble.
 
 Config values are overridden with --config.<field>=<value>, presets chosen
 with a config string argument (configs/global_general.py:copy100).
@@ -26,7 +30,7 @@ import ml_collections
 from ml_collections import config_flags
 
 from nmt_jax import errors
-from nmt_jax import evaluation
+from nmt_jax import inference
 from nmt_jax import parallel
 from nmt_jax import train
 from nmt_jax import writers
@@ -35,20 +39,36 @@ _CONFIG = config_flags.DEFINE_config_file(
     'config', None, 'Experiment config file.', lock_config=True
 )
 _WORKDIR = flags.DEFINE_string(
-    'workdir', None, 'Directory for checkpoints and metrics.'
+    'workdir',
+    None,
+    'Directory for checkpoints and metrics. eval, translate and score take'
+    ' several, comma-separated, to decode with their ensemble.',
 )
 _MODE = flags.DEFINE_enum(
     'mode',
     'train',
-    ['train', 'eval', 'translate', 'prepare'],
-    'train (then evaluate), eval (best checkpoint), translate, or prepare '
-    "(build a real corpus's vocabularies once).",
+    ['train', 'eval', 'translate', 'score', 'prepare'],
+    'train (then evaluate), eval (best checkpoint), translate, score (the'
+    " log-probability of given translations), or prepare (build a real corpus's"
+    ' vocabularies once).',
 )
 _INPUT = flags.DEFINE_string(
-    'input', '-', 'translate: source sentences, one per line (- = stdin).'
+    'input',
+    '-',
+    'translate: source sentences, one per line; score: source<TAB>target'
+    ' pairs (- = stdin).',
+)
+_SOURCE = flags.DEFINE_string(
+    'source', None, 'score: source sentences, one per line (with --target).'
+)
+_TARGET = flags.DEFINE_string(
+    'target', None, 'score: target sentences, one per line (with --source).'
 )
 _OUTPUT = flags.DEFINE_string(
-    'output', '-', 'translate: where to write translations (- = stdout).'
+    'output',
+    '-',
+    'translate, score: where to write the lines (- = stdout); eval of an'
+    ' ensemble: the folder for its results.',
 )
 _DISTRIBUTED = flags.DEFINE_enum(
     'distributed',
@@ -126,25 +146,67 @@ def maybe_initialize_distributed():
 
 
 def run(config, workdir: str, mode: str):
+  paths = [p for p in workdir.split(',') if p]
+  if mode in ('train', 'prepare') and len(paths) != 1:
+    _fail(
+        f'--mode={mode} takes one --workdir (several, comma-separated, make an'
+        ' ensemble for eval, translate and score)'
+    )
   if mode == 'train':
-    train.train_and_evaluate(config, workdir)
-  elif mode == 'eval':
-    evaluation.evaluate(config, workdir)
+    train.train_and_evaluate(config, paths[0])
   elif mode == 'prepare':
-    train.prepare(config, workdir)
+    train.prepare(config, paths[0])
+  elif mode == 'eval':
+    output = _OUTPUT.value if _OUTPUT.value != '-' else None
+    inference.evaluate(config, paths, output)
   else:
-    lines = _read_input(_INPUT.value)
+    if mode == 'score':
+      lines = _read_pairs()
+    else:
+      lines = _read_input(_INPUT.value, 'input')
     _check_output(_OUTPUT.value)  # before decoding, not after
-    hypotheses = evaluation.translate(config, workdir, lines)
+    if mode == 'score':
+      out = inference.score(config, paths, lines)
+    else:
+      out = inference.translate(config, paths, lines)
     if _OUTPUT.value == '-':
-      sys.stdout.write(''.join(h + '\n' for h in hypotheses))
+      sys.stdout.write(''.join(h + '\n' for h in out))
       sys.stdout.flush()
     else:
-      writers.write_text(_OUTPUT.value, ''.join(h + '\n' for h in hypotheses))
+      writers.write_text(_OUTPUT.value, ''.join(h + '\n' for h in out))
 
 
-def _read_input(path: str):
-  """translate's input lines (stdin for '-'); UTF-8, a BOM dropped."""
+def _read_pairs():
+  """score's (line number, source, target) from --source/--target or a TSV."""
+  if (_SOURCE.value is None) != (_TARGET.value is None):
+    raise errors.UserError(
+        '--mode=score needs both --source=FILE and --target=FILE (or neither,'
+        ' and tab-separated pairs on --input)'
+    )
+  if _SOURCE.value is not None:
+    sources = _read_input(_SOURCE.value, 'source')
+    targets = _read_input(_TARGET.value, 'target')
+    if len(sources) != len(targets):
+      raise errors.UserError(
+          f'--source has {len(sources)} lines, --target {len(targets)}; give'
+          ' one target per source line'
+      )
+    return [(i + 1, s, t) for i, (s, t) in enumerate(zip(sources, targets))]
+  pairs = []
+  for i, line in enumerate(_read_input(_INPUT.value, 'input')):
+    fields = line.split('\t')
+    if len(fields) != 2:
+      raise errors.UserError(
+          f'--input line {i + 1} has {len(fields)} tab-separated fields;'
+          ' score reads source<TAB>target per line (or give --source and'
+          ' --target files)'
+      )
+    pairs.append((i + 1, fields[0], fields[1]))
+  return pairs
+
+
+def _read_input(path: str, flag: str):
+  """Lines of --input/--source/--target (stdin for '-'); UTF-8, no BOM."""
   try:
     if path == '-':
       return sys.stdin.read().lstrip('\ufeff').splitlines()
@@ -152,12 +214,12 @@ def _read_input(path: str):
       return f.read().splitlines()
   except FileNotFoundError:
     raise errors.UserError(
-        f'--input={path} does not exist; give a text file, one sentence per'
+        f'--{flag}={path} does not exist; give a text file, one sentence per'
         ' line (or - for stdin)'
     ) from None
   except (OSError, UnicodeDecodeError) as e:
     raise errors.UserError(
-        f'--input={path} cannot be read ({e}); give a UTF-8 text file'
+        f'--{flag}={path} cannot be read ({e}); give a UTF-8 text file'
     ) from None
 
 

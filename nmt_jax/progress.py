@@ -19,10 +19,13 @@ class Progress:
   `push` holds a step's device metrics and fetches the previous step's, so
   the host never waits on the step it just dispatched (at most two steps in
   flight); `flush` fetches the held one. Every fetched loss is checked: a
-  non-finite one stops training, and so does one above `divergence_factor`
-  times the running mean (0 = no such check) that is also above
-  `uniform_loss`, the loss of guessing every token uniformly (log V): a
-  fine-tuned model's small loss may grow tenfold without diverging.
+  non-finite one stops training, and so does a loss that stays above
+  `divergence_factor` times the running mean (0 = no such check) and above
+  `uniform_loss`, the loss of guessing every token uniformly (log V), for
+  `divergence_steps` steps in a row: a fine-tuned model's small loss may grow
+  tenfold without diverging, and Adam recovers from a one-step spike to log V
+  within a few steps (seen on chunk_reverse at the default learning rate).
+  The running mean ignores the steps of such a streak.
   """
 
   def __init__(
@@ -31,12 +34,15 @@ class Progress:
       last_saved=None,
       divergence_factor: float = 0.0,
       uniform_loss: float = 0.0,
+      divergence_steps: int = 1,
   ):
     self._fetch = fetch
     self._pending = None  # (step, device metrics)
     self.last_saved = last_saved
     self.divergence_factor = divergence_factor
     self.uniform_loss = uniform_loss
+    self.divergence_steps = divergence_steps
+    self.streak = 0  # consecutive steps above both thresholds
     self.running_loss = None  # exponential moving average of the step loss
     self.reset()
 
@@ -69,18 +75,21 @@ class Progress:
     self._pending = None
     host = {k: float(v) for k, v in self._fetch(device_metrics).items()}
     loss = host['loss_sum'] / max(host['tokens'], 1.0)
-    diverged = (
+    above = bool(
         self.divergence_factor
         and self.running_loss is not None
         and loss > self.divergence_factor * self.running_loss
         and loss > self.uniform_loss
     )
+    self.streak = self.streak + 1 if above else 0
+    diverged = self.streak >= self.divergence_steps
     if diverged or not (
         math.isfinite(loss) and math.isfinite(host['grad_norm'])
     ):
       why = (
           f' ({loss / self.running_loss:.3g} times its running mean'
-          f' {self.running_loss:.4g}, above train.divergence_factor)'
+          f' {self.running_loss:.4g}, above train.divergence_factor for'
+          f' {self.streak} steps)'
           if diverged
           else ''
       )
@@ -93,11 +102,12 @@ class Progress:
           f'training loss became {loss:.4g} at step {step}{why}; stopped,'
           f' {kept}; lower train.learning_rate or set train.clip_norm'
       )
-    self.running_loss = (
-        loss
-        if self.running_loss is None
-        else 0.9 * self.running_loss + 0.1 * loss
-    )
+    if not above:
+      self.running_loss = (
+          loss
+          if self.running_loss is None
+          else 0.9 * self.running_loss + 0.1 * loss
+      )
     for key in self.sums:
       self.sums[key] += host[key]
     self.steps += 1

@@ -12,6 +12,7 @@ from typing import Any
 import flax
 import jax
 import jax.numpy as jnp
+import numpy as np
 import optax
 
 from nmt_jax import models
@@ -59,12 +60,46 @@ def learning_rate_fn(train_config, steps_per_epoch: int):
 
 
 def create_optimizer(train_config, steps_per_epoch: int):
-  """Adam after global-norm clipping -> (optimizer, learning-rate schedule)."""
+  """Adam or SGD after global-norm clipping -> (optimizer, schedule).
+
+  With train.plateau_decay a last `scale` stage holds the plateau factor in
+  the optimizer state (set_plateau_scale), so checkpoints carry it.
+  """
   schedule = learning_rate_fn(train_config, steps_per_epoch)
   parts = []
   if train_config.clip_norm:
     parts.append(optax.clip_by_global_norm(train_config.clip_norm))
-  return optax.chain(*parts, optax.adam(schedule)), schedule
+  if train_config.optimizer == 'sgd':
+    parts.append(optax.sgd(schedule))
+  else:
+    parts.append(optax.adam(schedule))
+  if train_config.plateau_decay:
+    parts.append(optax.inject_hyperparams(optax.scale)(step_size=1.0))
+  return optax.chain(*parts), schedule
+
+
+def plateau_scale(opt_state) -> float:
+  """The learning-rate factor of plateau decay in `opt_state` (1 without)."""
+  last = opt_state[-1]
+  if not hasattr(last, 'hyperparams'):
+    return 1.0
+  return float(
+      np.asarray(jax.device_get(last.hyperparams['step_size'])).flat[0]
+  )
+
+
+def set_plateau_scale(state: TrainState, value: float) -> TrainState:
+  """`state` with the plateau factor `value`, placed as the old one was."""
+  last = state.opt_state[-1]
+  old = last.hyperparams['step_size']
+  new = jax.make_array_from_callback(
+      old.shape,
+      old.sharding,
+      lambda index: np.full(old.shape, value, old.dtype)[index],
+  )
+  hyperparams = dict(last.hyperparams, step_size=new)
+  opt_state = state.opt_state[:-1] + (last._replace(hyperparams=hyperparams),)
+  return state.replace(opt_state=opt_state)
 
 
 def init_state(config, model, optimizer, sharding, sample_batch) -> TrainState:

@@ -17,7 +17,10 @@ import jax
 from nmt_jax import checkpoint
 from nmt_jax import data
 from nmt_jax import evaluation
+from nmt_jax import inference
+from nmt_jax import locks
 from nmt_jax import parallel
+from nmt_jax import plateau as plateau_lib
 from nmt_jax import preemption
 from nmt_jax import progress as progress_lib
 from nmt_jax import steps
@@ -142,7 +145,7 @@ def train_and_evaluate(config, workdir: str) -> Dict[str, Any]:
     workdirs.check_identity(config, workdir, 'resuming its training')
   created = workdirs.prepare(workdir)
   try:
-    with workdirs.locked(workdir):
+    with locks.locked(workdir):
       return _train_and_evaluate(config, workdir, mesh)
   except BaseException:
     if created:
@@ -196,6 +199,12 @@ def _train_and_evaluate(config, workdir: str, mesh) -> Dict[str, Any]:
     if lead:
       workdirs.write_config(workdir, config)
       writers.truncate_metrics(workdir, start)  # the re-run steps anew
+    plateau = plateau_lib.Plateau(t)
+    if plateau.active and start:
+      plateau.replay(writers.read_metrics(workdir), start)
+    end = start if plateau.stopped else t.num_steps
+    if plateau.stopped:
+      logging.info('stopped early at step %d: %s', start, plateau.describe())
     writer = writers.MetricWriter(workdir, enabled=lead)
     evaluator = evaluation.Evaluator(config, setup.model, task, mesh)
     train_step = parallel.data_parallel_step(
@@ -210,11 +219,12 @@ def _train_and_evaluate(config, workdir: str, mesh) -> Dict[str, Any]:
         ckpts.latest_step(),
         t.divergence_factor,
         math.log(len(task.target_vocab)),
+        t.divergence_steps,
     )
     sigterm = stack.enter_context(
         preemption.Preemption(t.sigterm_grace_seconds)
     )
-    for step in range(start, t.num_steps):
+    for step in range(start, end):
       batch = next(iterator)
       state, device_metrics = train_step(state, batch)
       done = step + 1
@@ -231,7 +241,10 @@ def _train_and_evaluate(config, workdir: str, mesh) -> Dict[str, Any]:
       progress.flush()  # never log, validate or save an unchecked loss
       if log:
         record = progress.summary(
-            done, mesh.devices.size, batches.num_batches, setup.schedule
+            done,
+            mesh.devices.size,
+            batches.num_batches,
+            lambda s: setup.schedule(s) * plateau.scale,
         )
         writer.write(done, 'train', record)
         _log_progress(done, t.num_steps, record, progress.seconds_per_step)
@@ -251,6 +264,19 @@ def _train_and_evaluate(config, workdir: str, mesh) -> Dict[str, Any]:
             result['bleu'],
             result['avg_window'],
         )
+        if plateau.active:
+          decayed, stopped = plateau.update(done, result)
+          if decayed:
+            state = steps.set_plateau_scale(state, plateau.scale)
+            logging.info(
+                'learning rate x%g (x%g in all): %s',
+                plateau.decay,
+                plateau.scale,
+                plateau.describe(),
+            )
+          if stopped:
+            logging.info('stopping early: %s', plateau.describe())
+            save = True
       if save:
         meta = workdirs.checkpoint_meta(
             config, task, done, result and evaluation.scalars(result)
@@ -263,6 +289,8 @@ def _train_and_evaluate(config, workdir: str, mesh) -> Dict[str, Any]:
             data_iterator=iterator,
         )
         progress.last_saved = done
+      if plateau.stopped:
+        break
       if stop:
         raise Preempted(
             f'stopped by SIGTERM after step {done}, saved in {ckpts.directory};'
@@ -274,7 +302,7 @@ def _train_and_evaluate(config, workdir: str, mesh) -> Dict[str, Any]:
     ckpts.close()
     if writer is not None:
       writer.close()
-  return evaluation.evaluate(config, workdir)
+  return inference.evaluate(config, [workdir])
 
 
 def _resume(ckpts, state, iterator, task, workdir: str):

@@ -27,6 +27,8 @@ POSITIVE = (
     'train.eval_beam_size',
     'train.eval_num_sentences',
     'train.sigterm_grace_seconds',
+    'train.plateau_patience',
+    'train.divergence_steps',
     'decode.beam_size',
     'decode.max_length_ratio',
     'decode.max_length_offset',
@@ -48,6 +50,9 @@ NON_NEGATIVE = (
     'train.num_epochs',
     'train.divergence_factor',
     'train.warmup_steps',
+    'train.plateau_decay',
+    'train.early_stopping_patience',
+    'decode.nbest',
     'decode.length_penalty',
     'model.output_hidden_size',
     'model.readout_size',
@@ -62,6 +67,10 @@ CHOICES = {
     'model.bidirectional': ('bottom', 'all', 'none'),
     'train.schedule': ('constant', 'halve', 'warmup_rsqrt'),
     'train.beta_normalization': ('sentence', 'token'),
+    'train.optimizer': ('adam', 'sgd'),
+    'train.plateau_metric': ('bleu', 'loss'),
+    'decode.alignments': ('', 'pharaoh'),
+    'decode.ensemble_average': ('log_probs', 'probs'),
     'parallel.mode': ('jit', 'pmap'),
     'data.vocab.kind': ('sentencepiece', 'word', 'char'),
     'data.vocab.model_type': ('bpe', 'unigram'),
@@ -102,6 +111,14 @@ def validate(config):
     errors.non_negative('data.vocab.size', vocab.size)
   _check_model(config.model)
   _check_data(config.data)
+  _check_decode(config)
+  if config.train.plateau_decay >= 1:
+    raise errors.config_error(
+        'train.plateau_decay',
+        config.train.plateau_decay,
+        'must be below 1 (it multiplies the learning rate)',
+        'use e.g. 0.5, or 0 for no decay',
+    )
   # data.batch_tokens holds a sentence of the longest bucket (train.make_mesh
   # checks a multiple of the device count).
   batching.training_batch_sizes(config)
@@ -160,6 +177,38 @@ def _check_model(model):
         model.bridge,
         'needs as many encoder as decoder layers',
         'use --config.model.bridge=dense',
+    )
+
+
+def _check_decode(config):
+  decode = config.decode
+  if decode.nbest > decode.beam_size:
+    raise errors.config_error(
+        'decode.nbest',
+        decode.nbest,
+        f'exceeds decode.beam_size={decode.beam_size}',
+        'raise the beam or lower nbest',
+    )
+  if decode.alignments or decode.replace_unk:
+    kind = attention.get(config.model.attention.kind)
+    if not kind.HAS_CONTEXT:
+      field = 'alignments' if decode.alignments else 'replace_unk'
+      raise errors.config_error(
+          f'decode.{field}',
+          decode[field],
+          f'needs attention weights; kind {config.model.attention.kind!r} has'
+          ' none',
+          f'turn decode.{field} off',
+      )
+  if decode.replace_unk and (
+      config.data.vocab.kind != 'word' or ':' not in config.data.name
+  ):
+    raise errors.config_error(
+        'decode.replace_unk',
+        True,
+        'copies source words for <unk>, so it needs a word vocabulary of a'
+        ' real corpus (data.vocab.kind=word, data.name=text:... or tfds:...)',
+        'turn it off',
     )
 
 

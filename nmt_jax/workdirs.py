@@ -9,11 +9,7 @@ after evaluation, `eval_results.json` and `eval_hypotheses.txt`.
 import contextlib
 import json
 import os
-import socket
-import sys
-import threading
-import time
-from typing import Any, Dict, Optional
+from typing import Any, Dict, Optional, Sequence
 
 from absl import logging
 import jax
@@ -23,6 +19,7 @@ from nmt_jax import checkpoint
 from nmt_jax import data
 from nmt_jax import default_config
 from nmt_jax import parallel
+from nmt_jax import scorers
 from nmt_jax import steps
 from nmt_jax import writers
 from nmt_jax.data import batching
@@ -62,117 +59,6 @@ def remove_if_empty(workdir: str):
     os.rmdir(workdir)
 
 
-# ----------------------------------------------------------------- the lock
-
-LOCK_FILE = 'lock'
-# A lock whose holder runs on another host is stale when its heartbeat (the
-# file's modification time, refreshed every HEARTBEAT_SECONDS) is older.
-STALE_SECONDS = 600
-HEARTBEAT_SECONDS = 60
-_held = set()  # lock paths this process holds
-
-
-@contextlib.contextmanager
-def locked(workdir: str):
-  """Holds `<workdir>/lock` (host, pid, command) while a run writes there.
-
-  Only process 0 of a multi-process run takes it. A lock left by a process
-  that no longer runs (same host, pid gone; or no heartbeat for
-  STALE_SECONDS) is taken over with a warning; a live one is a
-  CheckpointError. Re-entrant within a process.
-  """
-  path = os.path.abspath(os.path.join(workdir, LOCK_FILE))
-  if jax.process_index() != 0 or path in _held:  # not ours, or held already
-    yield
-    return
-  _acquire(path, workdir)
-  _held.add(path)
-  stop = threading.Event()
-  heartbeat = threading.Thread(
-      target=_heartbeat, args=(path, stop), daemon=True
-  )
-  heartbeat.start()
-  try:
-    yield
-  finally:
-    stop.set()
-    _held.discard(path)
-    with contextlib.suppress(OSError):
-      os.remove(path)
-
-
-def _acquire(path: str, workdir: str):
-  me = {
-      'host': socket.gethostname(),
-      'pid': os.getpid(),
-      'since': time.strftime('%Y-%m-%d %H:%M:%S'),
-      'command': ' '.join(sys.argv),
-  }
-  for _ in range(3):
-    try:
-      fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
-    except FileExistsError:
-      holder = _read_lock(path)
-      if not _stale(holder, path):
-        raise CheckpointError(
-            f'workdir {workdir} is in use by pid {holder.get("pid")} on'
-            f' {holder.get("host")} since {holder.get("since")}'
-            f' ({holder.get("command", "?")}); wait for it or stop it, or use'
-            f' another --workdir (if no run uses it, delete {path})'
-        ) from None
-      logging.warning(
-          'taking over the stale lock of %s (pid %s on %s since %s, no'
-          ' longer running)',
-          workdir,
-          holder.get('pid'),
-          holder.get('host'),
-          holder.get('since'),
-      )
-      with contextlib.suppress(FileNotFoundError):
-        os.remove(path)
-      continue
-    with os.fdopen(fd, 'w') as f:
-      json.dump(me, f)
-    return
-  raise CheckpointError(
-      f'could not lock workdir {workdir}: {path} keeps reappearing; another'
-      ' run is starting there'
-  )
-
-
-def _read_lock(path: str) -> Dict[str, Any]:
-  try:
-    with open(path, encoding='utf-8') as f:
-      holder = json.load(f)
-    return holder if isinstance(holder, dict) else {}
-  except (OSError, ValueError):
-    return {}
-
-
-def _stale(holder: Dict[str, Any], path: str) -> bool:
-  try:
-    age = time.time() - os.path.getmtime(path)
-  except OSError:
-    return True  # gone meanwhile
-  if not holder:  # unreadable: a writer killed between create and write
-    return age > 5
-  if holder.get('host') == socket.gethostname():
-    try:
-      os.kill(int(holder['pid']), 0)
-    except ProcessLookupError:
-      return True
-    except (PermissionError, KeyError, ValueError, TypeError):
-      pass
-    return False
-  return age > STALE_SECONDS
-
-
-def _heartbeat(path: str, stop: threading.Event):
-  while not stop.wait(HEARTBEAT_SECONDS):
-    with contextlib.suppress(OSError):
-      os.utime(path)
-
-
 # ------------------------------------------------------- the model's identity
 
 
@@ -195,6 +81,7 @@ def identity_fields(config) -> Dict[str, Any]:
       'data.source_lang',
       'data.target_lang',
       'data.num_symbols',
+      'data.reverse_source',
   )
 
   def keep(key: str) -> bool:
@@ -375,27 +262,77 @@ def best_params(workdir: str, abstract_params, mesh, what: str, task=None):
   return params, step
 
 
-def restore_for_inference(config, workdir: str):
-  """(task, model, mesh, params, step) of the workdir's best checkpoint.
+def _abstract_params(model):
+  sample = batching.dummy_batch(1, 1)
+  return jax.eval_shape(
+      lambda: model.init(
+          jax.random.key(0), sample['source'], sample['target_in']
+      )['params']
+  )
 
-  `config` is resolved (validation.resolve).
-  """
+
+def _check_has_checkpoints(workdir: str):
   if not checkpoint.has_checkpoints(workdir):
     raise CheckpointError(
         f'workdir {workdir} has no checkpoints; train first '
         f'(python -m nmt_jax.main --config=... --workdir={workdir})'
     )
+
+
+def restore_for_inference(config, workdir: str):
+  """(task, model, mesh, params, step) of the workdir's best checkpoint.
+
+  `config` is resolved (validation.resolve).
+  """
+  _check_has_checkpoints(workdir)
   check_identity(config, workdir, 'restoring its checkpoint')
   task = data.load_task(config.data, config.seed, workdir)
   model = steps.create_model(config, task)
   mesh = parallel.make_mesh(config.parallel.mesh_shape)
-  sample = batching.dummy_batch(1, 1)
-  abstract_params = jax.eval_shape(
-      lambda: model.init(
-          jax.random.key(0), sample['source'], sample['target_in']
-      )['params']
-  )
   params, step = best_params(
-      workdir, abstract_params, mesh, 'this config', task=task
+      workdir, _abstract_params(model), mesh, 'this config', task=task
   )
   return task, model, mesh, params, step
+
+
+def restore_scorer(config, paths: Sequence[str]):
+  """(task, scorer, mesh, params, steps) for one workdir or an ensemble.
+
+  One workdir: its model (checked against `config`), params its tree. Several:
+  an ensemble (scorers.Ensemble, params a tuple); each member's model comes
+  from its own config.json (attention kinds may differ), `config` gives the
+  data (its vocabulary fields must match every member's) and decoding.
+  """
+  if len(paths) == 1:
+    task, model, mesh, params, step = restore_for_inference(config, paths[0])
+    return task, scorers.Single(model), mesh, params, [step]
+  wanted = {
+      k: v for k, v in identity_fields(config).items() if k.startswith('data.')
+  }
+  for path in paths:
+    _check_has_checkpoints(path)
+    stored = identity_fields(load_config(path))
+    changes = [
+        f'{k}: {stored.get(k)!r} there, {v!r} here'
+        for k, v in sorted(wanted.items())
+        if stored.get(k) != v
+    ]
+    if changes:
+      raise CheckpointError(
+          f'ensemble member {path} was trained on other data than this'
+          f' config: {"; ".join(changes)}; ensemble workdirs of one corpus'
+          ' and vocabulary'
+      )
+  task = data.load_task(config.data, config.seed, paths[0])
+  mesh = parallel.make_mesh(config.parallel.mesh_shape)
+  members, params, steps_ = [], [], []
+  for path in paths:
+    model = steps.create_model(load_config(path), task)
+    member_params, step = best_params(
+        path, _abstract_params(model), mesh, f'member {path}', task=task
+    )
+    members.append(model)
+    params.append(member_params)
+    steps_.append(step)
+  scorer = scorers.Ensemble(members, config.decode.ensemble_average)
+  return task, scorer, mesh, tuple(params), steps_

@@ -263,7 +263,7 @@ def test_decode_split_matches_direct_decoding_and_times_the_fastest_pass():
   decode_fn = jax.jit(
       functools.partial(decode.greedy_search, model, ratio=1.5, offset=2)
   )
-  hyps, stats = evaluation.decode_split(
+  nbest, stats = evaluation.decode_split(
       decode_fn,
       params,
       split,
@@ -273,8 +273,9 @@ def test_decode_split_matches_direct_decoding_and_times_the_fastest_pass():
   )
   assert len(stats['decode_seconds_all']) == 3
   assert stats['decode_seconds'] == min(stats['decode_seconds_all'])
-  for source, hyp in zip(
-      sources, hyps
+  for source, (hyp,) in zip(
+      sources, nbest
   ):  # batching, padding and sorting change nothing
     alone = _strip(_greedy(model, params, source[None]).tokens[0])
-    assert tuple(hyp) == (alone[:-1] if alone and alone[-1] == EOS else alone)
+    expected = alone[:-1] if alone and alone[-1] == EOS else alone
+    assert tuple(hyp.ids) == expected

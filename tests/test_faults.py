@@ -21,9 +21,10 @@ import pytest
 from nmt_jax import checkpoint
 from nmt_jax import default_config
 from nmt_jax import errors
+from nmt_jax import locks
+from nmt_jax import progress as progress_lib
 from nmt_jax import train
 from nmt_jax import validation
-from nmt_jax import workdirs
 from nmt_jax import writers
 from nmt_jax.tools import runs
 from tests import conftest
@@ -195,7 +196,7 @@ def test_second_writer_is_refused(trained, tmp_path):
       'since': '2026-01-01 00:00:00',
       'command': 'python -m nmt_jax.main (the first run)',
   }
-  with open(os.path.join(workdir, workdirs.LOCK_FILE), 'w') as f:
+  with open(os.path.join(workdir, locks.LOCK_FILE), 'w') as f:
     json.dump(holder, f)
   before = snapshot(workdir)
   for mode in ('train', 'eval'):
@@ -208,12 +209,12 @@ def test_stale_lock_of_a_dead_process_is_taken_over(trained, tmp_path):
   workdir = _copy(trained, tmp_path)
   dead = subprocess.Popen([sys.executable, '-c', 'pass'])
   dead.wait()
-  with open(os.path.join(workdir, workdirs.LOCK_FILE), 'w') as f:
+  with open(os.path.join(workdir, locks.LOCK_FILE), 'w') as f:
     json.dump({'host': socket.gethostname(), 'pid': dead.pid}, f)
   result = nmt(*RUN, f'--workdir={workdir}', '--mode=eval', check=False)
   assert result.returncode == 0, result.stderr[-3000:]
   assert 'taking over the stale lock' in result.stderr
-  assert not os.path.exists(os.path.join(workdir, workdirs.LOCK_FILE))
+  assert not os.path.exists(os.path.join(workdir, locks.LOCK_FILE))
 
 
 def test_two_runs_at_once_one_is_refused(tmp_path):
@@ -232,7 +233,7 @@ def test_two_runs_at_once_one_is_refused(tmp_path):
       stderr=subprocess.DEVNULL,
   )
   try:
-    lock = os.path.join(workdir, workdirs.LOCK_FILE)
+    lock = os.path.join(workdir, locks.LOCK_FILE)
     wait_until(lambda: os.path.exists(lock), [first], timeout=120)
     second = nmt(*args, '--config.train.learning_rate=0.1', check=False)
     _one_line_error(second, 'is in use by pid', str(first.pid))
@@ -566,3 +567,18 @@ def test_test_split_with_one_language_file_is_one_line(tmp_path):
   (tmp_path / 'c.test.de').write_bytes(b'eins\n')
   result = nmt(*args, check=False)
   _one_line_error(result, 'c.test.en is missing')
+
+
+def test_a_loss_spike_that_recovers_is_not_divergence():
+  fetch = lambda metrics: metrics
+  record = lambda loss: {'loss_sum': loss, 'tokens': 1.0, 'grad_norm': 1.0}
+  spike = progress_lib.Progress(fetch, 200, 10.0, 3.0, divergence_steps=5)
+  for step, loss in enumerate([0.2] * 10 + [3.5] * 4 + [0.2] * 10):
+    spike.push(step, record(loss), 1)
+  spike.flush()
+  assert spike.running_loss == pytest.approx(0.2)  # the spike is left out
+  stays = progress_lib.Progress(fetch, 200, 10.0, 3.0, divergence_steps=5)
+  with pytest.raises(errors.TrainingError, match='for 5 steps'):
+    for step, loss in enumerate([0.2] * 10 + [3.5] * 5):
+      stays.push(step, record(loss), 1)
+    stays.flush()

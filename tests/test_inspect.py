@@ -7,7 +7,7 @@ import os
 import numpy as np
 import pytest
 
-from nmt_jax import evaluation
+from nmt_jax import inference
 from nmt_jax import workdirs
 from nmt_jax.tools import attention_maps
 from nmt_jax.tools import plots
@@ -291,8 +291,8 @@ def test_translate_with_attention(runs):
   config = workdirs.load_config(f'{root}/memory_k4')
   config.decode.beam_size = 1
   # The same hypotheses as the translate mode (greedy, no diagnostics).
-  assert [' '.join(t.hypothesis[:-1]) for t in memory] == evaluation.translate(
-      config, f'{root}/memory_k4', sentences
+  assert [' '.join(t.hypothesis[:-1]) for t in memory] == inference.translate(
+      config, [f'{root}/memory_k4'], sentences
   )
   for t in memory:
     assert t.weights.shape == (len(t.hypothesis), len(t.source))

@@ -16,7 +16,7 @@ import pytest
 from nmt_jax import attention
 from nmt_jax import default_config
 from nmt_jax import errors
-from nmt_jax import evaluation
+from nmt_jax import inference
 from nmt_jax import train
 from nmt_jax import validation
 from nmt_jax.attention import base
@@ -104,7 +104,7 @@ def test_the_new_kind_trains_decodes_benchmarks_and_plots(toy_kind, tmp_path):
   sentences = ['a b c', 'd e f a']
   greedy = validation.resolve(config)
   greedy.decode.beam_size = 1
-  hypotheses = evaluation.translate(greedy, workdir, sentences)
+  hypotheses = inference.translate(greedy, [workdir], sentences)
   assert len(hypotheses) == 2
 
   maps = attention_maps.translate_with_attention(workdir, sentences)

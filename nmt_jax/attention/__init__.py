@@ -22,5 +22,6 @@ make = base.make
 kinds = base.names
 masked_softmax = base.masked_softmax
 computed_positions = base.computed_positions
+source_weights = base.source_weights
 default_config = base.default_config
 validate = base.validate

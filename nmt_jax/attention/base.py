@@ -17,7 +17,8 @@ A kind is a linen module with three methods, called by the decoder
       its static shapes included; `computed_positions` falls back to
       'window'), plus cheap kind-specific values; 'weights' only when
       `with_weights`: over source positions [B, S], or over memory slots
-      [B, K] for `memory`. `train` is True in training steps (flexible
+      [B, K] for `memory`, which then adds 'source_weights' [B, S]
+      (`source_weights` reads either). `train` is True in training steps (flexible
       attention never truncates then).
 
 and a class-level description that config validation, `bench` and run
@@ -68,6 +69,15 @@ class Cost(NamedTuple):
 def computed_positions(diagnostics) -> jax.Array:
   """[B] positions a step scored: 'computed', else its 'window'."""
   return diagnostics.get('computed', diagnostics['window'])
+
+
+def source_weights(diagnostics) -> jax.Array:
+  """[B, S] attention over source positions of a step run with_weights.
+
+  'source_weights' where a kind attends to something else (memory: its slots,
+  beta alpha^T), else 'weights'.
+  """
+  return diagnostics.get('source_weights', diagnostics.get('weights'))
 
 
 def masked_softmax(scores, mask, axis=-1):

@@ -119,6 +119,10 @@ class MemoryAttention(base.Attention):
     diagnostics = {'window': window, 'computed': window}
     if with_weights:
       diagnostics['weights'] = beta
+      # What the step attends to in the source: beta alpha^T.
+      diagnostics['source_weights'] = jnp.einsum(
+          'bk,bsk->bs', beta, cache['alpha']
+      )
     return context, state, diagnostics
 
   @classmethod

@@ -11,6 +11,7 @@ Modules import downward only (batching and the sources use dataset; text and
 tfds_corpus use encoding); `load_task` below picks the source of data.name.
 """
 
+import dataclasses
 from typing import Optional
 
 from nmt_jax.data import dataset
@@ -29,8 +30,22 @@ def load_task(
   """The task named by data_config.name.
 
   Real corpora keep their vocabularies in `<workdir>/vocab`; `build_vocab`
-  builds missing ones (training), otherwise a missing one is an error.
+  builds missing ones (training), otherwise a missing one is an error. With
+  data.reverse_source every split's sources are reversed (EOS kept last).
   """
+  task = _load_task(data_config, seed, workdir, build_vocab)
+  if not data_config.reverse_source:
+    return task
+  reverse = lambda split: split and dataset.reverse_sources(split)
+  return dataclasses.replace(
+      task,
+      train=reverse(task.train),
+      eval=reverse(task.eval),
+      test=reverse(task.test),
+  )
+
+
+def _load_task(data_config, seed, workdir, build_vocab) -> dataset.Task:
   name = data_config.name
   if name.startswith('text:'):
     return text.load_task(data_config, workdir, build_vocab)

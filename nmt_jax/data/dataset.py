@@ -92,12 +92,15 @@ class Task:
 
 
 def sentences_split(
-    lines: Sequence[str], vocab: vocab_lib.Vocab, line_numbers=None
+    lines: Sequence[str],
+    vocab: vocab_lib.Vocab,
+    line_numbers=None,
+    reverse: bool = False,
 ) -> Split:
   """A source-only split from text lines (for `translate`).
 
   Each target is a lone EOS. `line_numbers` (default 1, 2, ...) name the
-  lines in errors.
+  lines in errors; `reverse` reverses the sources (data.reverse_source).
   """
   numbers = line_numbers or range(1, len(lines) + 1)
   source = [
@@ -105,4 +108,22 @@ def sentences_split(
       for number, line in zip(numbers, lines)
   ]
   eos = [np.asarray([EOS], np.int32)] * len(source)
-  return Split(source, eos, list(lines), [''] * len(source))
+  split = Split(source, eos, list(lines), [''] * len(source))
+  return reverse_sources(split) if reverse else split
+
+
+def reverse_sources(split: Split) -> Split:
+  """The split with each source's tokens reversed, EOS kept last.
+
+  Sutskever et al. (2014)'s source reversal. Texts stay in reading order.
+  """
+  if isinstance(split.source, Ragged):
+    flat, offsets = split.source.flat, split.source.offsets
+    index = np.arange(len(flat))
+    row = np.searchsorted(offsets, index, side='right') - 1
+    start, eos = offsets[row], offsets[row + 1] - 1
+    order = np.where(index < eos, start + eos - 1 - index, index)
+    source = Ragged(flat[order], offsets)
+  else:
+    source = [np.concatenate([s[:-1][::-1], s[-1:]]) for s in split.source]
+  return dataclasses.replace(split, source=source)

@@ -60,7 +60,10 @@ def translate_with_attention(
   config = validation.resolve(config)
   task, model, _, params, _ = workdirs.restore_for_inference(config, workdir)
   kind = attention.get(config.model.attention.kind)
-  split = dataset.sentences_split(list(sentences), task.source_vocab)
+  reverse = config.data.reverse_source
+  split = dataset.sentences_split(
+      list(sentences), task.source_vocab, reverse=reverse
+  )
   longest = max(len(s) for s in split.source)
   source = batching.make_batch(split, range(len(split)), longest)['source']
   decode_fn = decode.make_decode_fn(
@@ -88,9 +91,13 @@ def translate_with_attention(
           np.asarray(weights[i, :steps]), cache, i, length
       )
       extras.update(kind_extras)
+      if reverse:  # the model read the source backwards: back to text order
+        weights = _reading_order(weights, axis=1)
+        if 'alpha' in extras:
+          extras['alpha'] = _reading_order(extras['alpha'], axis=0)
     translations.append(
         Translation(
-            task.source_vocab.decode(split.source[i]).split() + ['</s>'],
+            _source_tokens(task, split.source[i], reverse) + ['</s>'],
             hypothesis + ['</s>'],
             weights,
             extras,
@@ -98,6 +105,18 @@ def translate_with_attention(
         )
     )
   return translations
+
+
+def _source_tokens(task, ids, reverse: bool) -> List[str]:
+  tokens = task.source_vocab.decode(ids).split()
+  return tokens[::-1] if reverse else tokens
+
+
+def _reading_order(values, axis: int):
+  """Reverses the source positions before EOS (the last) along `axis`."""
+  values = np.moveaxis(values, axis, 0)
+  values = np.concatenate([values[:-1][::-1], values[-1:]])
+  return np.moveaxis(values, 0, axis)
 
 
 def sample_sentences(workdir: str, count: int = 3) -> List[str]:

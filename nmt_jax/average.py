@@ -1,0 +1,150 @@
+"""Checkpoint averaging: the mean of a workdir's last (or best) N checkpoints.
+
+  python -m nmt_jax.average --workdir=runs/g --last=5 --output=runs/g_avg5
+  python -m nmt_jax.average --workdir=runs/g --best=3 --output=runs/g_best3
+
+The average goes into a new workdir (config.json, vocab/ and one checkpoint
+holding the averaged parameters) that --mode=eval, translate and score and
+train.init_from load like any other. A workdir keeps its last
+train.keep_checkpoints steps and its best one: raise keep_checkpoints to
+average more. Parameters are summed in float64, so the average of identical
+checkpoints is that checkpoint exactly.
+"""
+
+import os
+import shutil
+import sys
+from typing import Any, Dict, List, Sequence
+
+from absl import app
+from absl import flags
+from absl import logging
+import jax
+import numpy as np
+
+from nmt_jax import checkpoint
+from nmt_jax import errors
+from nmt_jax import locks
+from nmt_jax import parallel
+from nmt_jax import workdirs
+
+_WORKDIR = flags.DEFINE_string('workdir', None, 'The trained workdir.')
+_OUTPUT = flags.DEFINE_string(
+    'output', None, 'The new workdir for the averaged checkpoint.'
+)
+_LAST = flags.DEFINE_integer('last', 0, 'Average the last N checkpoints.')
+_BEST = flags.DEFINE_integer(
+    'best', 0, 'Average the N checkpoints with the best validation BLEU.'
+)
+
+
+def _bleu(ckpts, step: int) -> float:
+  return ckpts.meta(step).get('validation', {}).get('bleu', float('-inf'))
+
+
+def choose_steps(ckpts, last: int = 0, best: int = 0) -> List[int]:
+  """The steps to average: the newest `last` or the `best` by validation BLEU."""
+  if bool(last) == bool(best) or min(last, best) < 0:
+    raise errors.UserError(
+        'give one of --last=N or --best=N (N >= 1) checkpoints to average'
+    )
+  steps = sorted(ckpts.manager.all_steps())
+  wanted = last or best
+  if len(steps) < wanted:
+    raise errors.UserError(
+        f'{ckpts.directory} holds {len(steps)} checkpoints ({steps}), fewer'
+        f' than {wanted}; average fewer, or train with a higher'
+        ' --config.train.keep_checkpoints'
+    )
+  if last:
+    return steps[-last:]
+  ranked = sorted(steps, key=lambda s: (_bleu(ckpts, s), s), reverse=True)
+  return sorted(ranked[:best])
+
+
+def mean_tree(trees: Sequence[Any]):
+  """Leafwise mean of pytrees of arrays, summed in float64, in their dtype."""
+
+  def mean(*leaves):
+    leaves = [np.asarray(x) for x in leaves]
+    if not np.issubdtype(leaves[0].dtype, np.floating):
+      return leaves[-1]  # counters (int) are taken from the newest
+    total = np.sum([x.astype(np.float64) for x in leaves], axis=0)
+    return (total / len(leaves)).astype(leaves[0].dtype)
+
+  return jax.tree_util.tree_map(mean, *trees)
+
+
+def average_checkpoints(
+    workdir: str, output: str, last: int = 0, best: int = 0
+) -> Dict[str, Any]:
+  """Writes the average of `workdir`'s chosen checkpoints into `output`.
+
+  Returns {'steps': the steps averaged, 'step': the step it is saved as}.
+  """
+  if not checkpoint.has_checkpoints(workdir):
+    raise errors.CheckpointError(
+        f'workdir {workdir} has no checkpoints; train it first'
+    )
+  if checkpoint.has_checkpoints(output) or os.path.abspath(
+      output
+  ) == os.path.abspath(workdir):
+    raise errors.UserError(
+        f'--output={output} already holds checkpoints; give a new folder'
+    )
+  mesh = parallel.make_mesh()
+  sharding = parallel.replicated(mesh)
+  source = checkpoint.Checkpoints(workdir, create=False)
+  try:
+    steps = choose_steps(source, last, best)
+    states, meta = [], None
+    for step in steps:
+      state, meta = source.restore_tree(step, sharding)
+      states.append(jax.device_get(state))
+  finally:
+    source.close()
+  state = dict(states[-1], params=mean_tree([s['params'] for s in states]))
+  meta = {k: v for k, v in meta.items() if k != 'checksums'}
+  meta.update(validation={}, averaged_from=os.path.abspath(workdir))
+  meta['averaged_steps'] = steps
+  created = workdirs.prepare(output)
+  try:
+    with locks.locked(output):
+      for name in ('config.json', 'vocab'):
+        path = os.path.join(workdir, name)
+        if os.path.isdir(path):
+          shutil.copytree(path, os.path.join(output, name), dirs_exist_ok=True)
+        elif os.path.exists(path):
+          shutil.copy(path, os.path.join(output, name))
+      target = checkpoint.Checkpoints(output, keep=1)
+      try:
+        target.save(steps[-1], jax.device_put(state, sharding), meta)
+      finally:
+        target.close()
+  except BaseException:
+    if created:
+      shutil.rmtree(output, ignore_errors=True)
+    raise
+  logging.info(
+      'averaged steps %s of %s into %s (step %d)',
+      ', '.join(map(str, steps)),
+      workdir,
+      output,
+      steps[-1],
+  )
+  return {'steps': steps, 'step': steps[-1]}
+
+
+def main(argv):
+  if len(argv) > 1:
+    raise app.UsageError(f'unexpected arguments: {" ".join(argv[1:])}')
+  try:
+    average_checkpoints(_WORKDIR.value, _OUTPUT.value, _LAST.value, _BEST.value)
+  except errors.UserError as e:
+    print(f'error: {e}', file=sys.stderr)
+    sys.exit(2)
+
+
+if __name__ == '__main__':
+  flags.mark_flags_as_required(['workdir', 'output'])
+  app.run(main)

@@ -1,0 +1,232 @@
+"""The eval, translate and score modes: one workdir or an ensemble of several.
+
+Each takes the workdirs to decode with (`--workdir=A` or `--workdir=A,B`):
+one uses that workdir's best checkpoint (by validation BLEU), several decode
+as an ensemble (scorers.Ensemble) in one compiled loop.
+"""
+
+import os
+from typing import Any, Dict, List, Optional, Sequence, Tuple
+
+from absl import logging
+import jax
+import numpy as np
+
+from nmt_jax import evaluation
+from nmt_jax import locks
+from nmt_jax import outputs
+from nmt_jax import validation
+from nmt_jax import workdirs
+from nmt_jax import writers
+from nmt_jax.data import dataset
+from nmt_jax.errors import ConfigError
+
+
+def _texts(config, task, decoded, split, k_best: int):
+  """Per sentence, its hypotheses' (text, score, alignment text or None).
+
+  The first `k_best` of each n-best list; unk replacement applied.
+  """
+  reverse, rows = config.data.reverse_source, []
+  for index, nbest in enumerate(decoded.nbest):
+    row = []
+    for k, hypothesis in enumerate(nbest[:k_best]):
+      text, alignment = task.target_vocab.decode(hypothesis.ids), None
+      if hypothesis.alignment is not None:
+        positions = decoded.positions(split, index, k, reverse)
+        if config.decode.replace_unk:  # a word vocabulary: one id per word
+          text = ' '.join(
+              outputs.replace_unk(
+                  hypothesis.ids,
+                  [task.target_vocab.tokens[i] for i in hypothesis.ids],
+                  positions,
+                  split.source_text[index].split(),
+              )
+          )
+        if config.decode.alignments:
+          alignment = outputs.pharaoh(positions)
+      row.append((text, hypothesis.score, alignment))
+    rows.append(row)
+  return rows
+
+
+def _decode(config, evaluator, params, split):
+  """Decodes with the alignments the config asks for -> (decoded, rows)."""
+  aligned = bool(config.decode.alignments or config.decode.replace_unk)
+  decoded = evaluator.decode(
+      params, split, config.decode.beam_size, alignments=aligned
+  )
+  rows = _texts(
+      config, evaluator.task, decoded, split, max(1, config.decode.nbest)
+  )
+  decoded.texts = [row[0][0] for row in rows]
+  return decoded, rows
+
+
+def evaluate(
+    config, paths: Sequence[str], output: Optional[str] = None
+) -> Dict[str, Any]:
+  """Decodes the test split (else validation) and scores it.
+
+  One workdir: its best checkpoint; results go into it (eval_results.json,
+  eval_hypotheses.txt, an 'eval' record in metrics.jsonl). An ensemble
+  writes into the folder `output`. With decode.nbest / decode.alignments,
+  eval_nbest.txt / eval_alignments.txt too.
+  """
+  config = validation.resolve(config)
+  if len(paths) > 1 and not output:
+    raise ConfigError(
+        'an ensemble evaluation writes its results into a folder of its own;'
+        ' add --output=DIR'
+    )
+  target = output or paths[0]
+  task, scorer, mesh, params, checkpoint_steps = workdirs.restore_scorer(
+      config, paths
+  )
+  workdirs.prepare(target)  # writable: fail now, not after decoding
+  with locks.locked(target):
+    evaluator = evaluation.Evaluator(config, scorer, task, mesh)
+    split = task.test_or_eval
+    decoded, rows = _decode(config, evaluator, params, split)
+    result = evaluator.metrics(params, split, decoded, config.decode.beam_size)
+    result['eval_split'] = 'test' if task.test is not None else 'validation'
+    step = checkpoint_steps[0]
+    if len(paths) > 1:
+      result['ensemble'] = list(paths)
+      result['checkpoint_steps'] = checkpoint_steps
+    else:
+      result['checkpoint_step'] = step
+    if jax.process_index() == 0:
+      _write_eval(config, target, result, rows, len(paths) == 1)
+  logging.info(
+      'evaluation of %s (beam %d): BLEU %.2f | chrF %.2f | RIBES %.4f | '
+      'avg window %.1f | %.2f ms/sentence',
+      f'step {step}' if len(paths) == 1 else f'the ensemble of {len(paths)}',
+      config.decode.beam_size,
+      result['bleu'],
+      result['chrf'],
+      result['ribes'],
+      result['avg_window'],
+      result['decode_ms_per_sentence'],
+  )
+  logging.info('sacreBLEU signature: %s', result['bleu_signature'])
+  return result
+
+
+def _write_eval(config, target: str, result, rows, record: bool):
+  writers.write_json(os.path.join(target, 'eval_results.json'), result)
+  writers.write_text(
+      os.path.join(target, 'eval_hypotheses.txt'),
+      ''.join(row[0][0] + '\n' for row in rows),
+  )
+  if config.decode.nbest:
+    writers.write_text(
+        os.path.join(target, 'eval_nbest.txt'),
+        ''.join(_nbest_lines(i, row) for i, row in enumerate(rows)),
+    )
+  if config.decode.alignments:
+    writers.write_text(
+        os.path.join(target, 'eval_alignments.txt'),
+        ''.join(row[0][2] + '\n' for row in rows),
+    )
+  if record:
+    writer = writers.MetricWriter(target)
+    writer.write(result['checkpoint_step'], 'eval', evaluation.scalars(result))
+    writer.close()
+
+
+def _nbest_lines(index: int, row) -> str:
+  return ''.join(
+      outputs.nbest_line(index, text, score, alignment) + '\n'
+      for text, score, alignment in row
+  )
+
+
+def _numbered(lines: Sequence[str]) -> List[Tuple[int, str]]:
+  """(1-based line number, stripped line) of the non-blank lines."""
+  numbered = [(i + 1, line.strip()) for i, line in enumerate(lines)]
+  return [(number, line) for number, line in numbered if line]
+
+
+def _check_lengths(task, numbered, encoded, side: str):
+  for (number, _), ids in zip(numbered, encoded):
+    if len(ids) > task.max_length:
+      raise ConfigError(
+          f'input line {number} has {len(ids) - 1} {side} tokens, more than'
+          f" the model's data.max_length={task.max_length - 1}; split the"
+          ' sentence'
+      )
+
+
+def translate(config, paths: Sequence[str], lines) -> List[str]:
+  """Translates source `lines` -> output lines.
+
+  One translation per input line (a blank line gives a blank line), followed
+  by ' ||| alignment' with decode.alignments; with decode.nbest, the n-best
+  lines of every non-blank input line instead, numbered by input line from 0.
+  """
+  config = validation.resolve(config)
+  numbered = _numbered(lines)
+  if not numbered:
+    raise ConfigError(
+        'translate got no input sentences; pass --input=FILE or pipe text '
+        'on stdin'
+    )
+  task, scorer, mesh, params, _ = workdirs.restore_scorer(config, paths)
+  split = dataset.sentences_split(
+      [line for _, line in numbered],
+      task.source_vocab,
+      line_numbers=[number for number, _ in numbered],
+      reverse=config.data.reverse_source,
+  )
+  _check_lengths(task, numbered, split.source, 'source')
+  evaluator = evaluation.Evaluator(config, scorer, task, mesh)
+  _, rows = _decode(config, evaluator, params, split)
+  if config.decode.nbest:
+    return [
+        _nbest_lines(number - 1, row).rstrip('\n')
+        for (number, _), row in zip(numbered, rows)
+    ]
+  out = [''] * len(lines)
+  for (number, _), row in zip(numbered, rows):
+    text, _, alignment = row[0]
+    out[number - 1] = text if alignment is None else f'{text} ||| {alignment}'
+  return out
+
+
+def score(config, paths: Sequence[str], pairs) -> List[str]:
+  """Scores (source, target) text pairs -> one outputs.score_line per pair.
+
+  Teacher-forced log-probabilities of each target token (EOS included), the
+  same numbers the validation loss averages; they do not depend on
+  decode.batch_size (pairs per batch).
+  """
+  config = validation.resolve(config)
+  if not pairs:
+    raise ConfigError(
+        'score got no sentence pairs; give --source=FILE --target=FILE or'
+        ' tab-separated pairs on stdin'
+    )
+  task, scorer, mesh, params, _ = workdirs.restore_scorer(config, paths)
+  numbers = [number for number, _, _ in pairs]
+  sources = dataset.sentences_split(
+      [s for _, s, _ in pairs],
+      task.source_vocab,
+      line_numbers=numbers,
+      reverse=config.data.reverse_source,
+  )
+  targets = [
+      np.asarray(task.target_vocab.encode(t, line=number), np.int32)
+      for number, _, t in pairs
+  ]
+  numbered = [(number, '') for number in numbers]
+  _check_lengths(task, numbered, sources.source, 'source')
+  _check_lengths(task, numbered, targets, 'target')
+  split = dataset.Split(
+      sources.source, targets, sources.source_text, [t for _, _, t in pairs]
+  )
+  evaluator = evaluation.Evaluator(config, scorer, task, mesh)
+  values = evaluator.token_log_probs(
+      params, split, evaluator.sentences_per_batch(config.decode.batch_size)
+  )
+  return [outputs.score_line(v) for v in values]

@@ -1,0 +1,117 @@
+"""What decoding and scoring see of a model: one model, or an ensemble.
+
+A scorer turns parameters and token ids into target log-probabilities:
+
+  encode(params, source [B, S]) -> (cache, decoder state)
+  step(params, state, cache, tokens [N], with_weights)
+      -> (state, log_probs [N, V], diagnostics)
+  log_probs(params, source [B, S], target_in [B, T]) -> [B, T, V]
+
+`Single` wraps one models.Seq2Seq (params: its parameter tree). `Ensemble`
+wraps several, possibly of different attention kinds (params: a tuple of their
+trees); at each step it averages the members' log-probabilities (the geometric
+mean of their distributions, as OpenNMT-py and Marian; `average='probs'`
+averages the probabilities, as fairseq). Both are plain Python objects closed
+over by jit: the members' steps compile into one loop.
+"""
+
+import math
+from typing import Sequence
+
+import jax
+import jax.numpy as jnp
+
+from nmt_jax import attention
+from nmt_jax import models
+from nmt_jax.vocab import PAD
+
+AVERAGES = ('log_probs', 'probs')
+
+
+class Single:
+  """One model."""
+
+  def __init__(self, model: models.Seq2Seq):
+    self.model = model
+    self.members = (model,)
+
+  def encode(self, params, source):
+    return self.model.apply(
+        {'params': params}, source, method=models.Seq2Seq.encode
+    )
+
+  def step(self, params, state, cache, tokens, with_weights=False):
+    state, logits, diagnostics = self.model.apply(
+        {'params': params},
+        state,
+        cache,
+        tokens,
+        with_weights,
+        method=models.Seq2Seq.decode_step,
+    )
+    return state, jax.nn.log_softmax(logits), diagnostics
+
+  def log_probs(self, params, source, target_in):
+    logits, _ = self.model.apply({'params': params}, source, target_in)
+    return jax.nn.log_softmax(logits)
+
+
+class Ensemble:
+  """Several models decoding together; params is a tuple of their trees.
+
+  Diagnostics: 'window' and 'computed' are summed over the members (the
+  positions the ensemble attends to and scores); the others, the attention
+  weights included, are those of the first member with attention.
+  """
+
+  def __init__(self, members: Sequence[models.Seq2Seq], average='log_probs'):
+    if average not in AVERAGES:
+      raise ValueError(f'average must be one of {AVERAGES}, not {average!r}')
+    self.members = tuple(members)
+    self.singles = tuple(Single(m) for m in self.members)
+    self.average = average
+    kinds = [attention.get(m.config.attention.kind) for m in self.members]
+    self.lead = next((i for i, k in enumerate(kinds) if k.HAS_CONTEXT), 0)
+
+  def _combine(self, log_probs):
+    stacked = jnp.stack(log_probs)
+    if self.average == 'probs':
+      return jax.nn.logsumexp(stacked, axis=0) - math.log(len(log_probs))
+    return jnp.mean(stacked, axis=0)
+
+  def encode(self, params, source):
+    encoded = [s.encode(p, source) for s, p in zip(self.singles, params)]
+    return tuple(c for c, _ in encoded), tuple(s for _, s in encoded)
+
+  def step(self, params, state, cache, tokens, with_weights=False):
+    outs = [
+        single.step(p, st, c, tokens, with_weights)
+        for single, p, st, c in zip(self.singles, params, state, cache)
+    ]
+    diagnostics = dict(outs[self.lead][2])
+    diagnostics['window'] = sum(d['window'] for _, _, d in outs)
+    diagnostics['computed'] = sum(
+        attention.computed_positions(d) for _, _, d in outs
+    )
+    return (
+        tuple(s for s, _, _ in outs),
+        self._combine([lp for _, lp, _ in outs]),
+        diagnostics,
+    )
+
+  def log_probs(self, params, source, target_in):
+    return self._combine([
+        s.log_probs(p, source, target_in) for s, p in zip(self.singles, params)
+    ])
+
+
+def as_scorer(model):
+  """A scorer from a scorer or a models.Seq2Seq."""
+  return Single(model) if isinstance(model, models.Seq2Seq) else model
+
+
+def target_log_probs(scorer, params, source, target_in, target_out):
+  """Teacher-forced log p(target_out[b, t]) [B, T]; 0 at PAD targets."""
+  log_probs = as_scorer(scorer).log_probs(params, source, target_in)
+  picked = jnp.take_along_axis(log_probs, target_out[..., None], -1)[..., 0]
+  return jnp.where(target_out != PAD, picked, 0.0)

@@ -1,0 +1,397 @@
+"""The toolkit features from the command line, on trained copy models.
+
+Alignments of a trained copy model are the diagonal (also when it read the
+source reversed); n-best lists, scores, ensembles and averaged checkpoints
+agree with the single model they are built from; early stopping and plateau
+decay decide as the validations say, also across a resume.
+"""
+
+import json
+import os
+
+import numpy as np
+import pytest
+
+from nmt_jax import default_config
+from nmt_jax import steps
+from nmt_jax import validation
+from nmt_jax import workdirs
+from nmt_jax import writers
+from nmt_jax.data import batching
+from nmt_jax.data import dataset
+from nmt_jax.tools import attention_maps
+from tests import conftest
+from tests.test_cli import final_params
+from tests.test_cli import nmt
+
+pytestmark = pytest.mark.slow
+
+COPY = [
+    '--config=configs/global_dot.py:tiny',
+    '--config.model.hidden_size=32',
+    '--config.model.embed_size=32',
+    '--config.train.learning_rate=0.01',
+    '--config.train.batch_size=32',
+    '--config.train.num_steps=600',
+    '--config.train.eval_every=300',
+    '--config.train.checkpoint_every=300',
+    '--config.train.keep_checkpoints=3',
+    '--config.train.log_every=300',
+    '--config.decode.beam_size=3',
+]
+
+
+def _copy_config(*overrides):
+  config = default_config.get_config('tiny')
+  config.model.attention.kind, config.model.attention.score = 'global', 'dot'
+  for arg in COPY[1:] + list(overrides):
+    field, value = arg[len('--config.') :].split('=')
+    *parents, leaf = field.split('.')
+    node = config
+    for part in parents:
+      node = node[part]
+    node[leaf] = type(node[leaf])(value)
+  return config
+
+
+@pytest.fixture(scope='module')
+def copy_model(tmp_path_factory):
+  workdir = str(tmp_path_factory.mktemp('copy') / 'run')
+  nmt(*COPY, f'--workdir={workdir}')
+  return workdir
+
+
+def _diagonal_fraction(alignment_lines):
+  links = [
+      tuple(map(int, link.split('-')))
+      for line in alignment_lines
+      for link in line.split()
+  ]
+  exact = np.mean([i == j for i, j in links])
+  near = np.mean([abs(i - j) <= 1 for i, j in links])
+  return exact, near, len(links)
+
+
+@pytest.mark.parametrize('reverse', [False, True])
+def test_alignments_of_a_trained_copy_model_are_the_diagonal(
+    copy_model, tmp_path, reverse
+):
+  workdir = copy_model
+  extra = []
+  if reverse:  # a model that read its sources backwards, aligned in order
+    workdir = str(tmp_path / 'reversed')
+    extra = ['--config.data.reverse_source=true']
+    nmt(*COPY, *extra, f'--workdir={workdir}')
+  nmt(
+      *COPY,
+      *extra,
+      f'--workdir={workdir}',
+      '--mode=eval',
+      '--config.decode.alignments=pharaoh',
+  )
+  with open(os.path.join(workdir, 'eval_results.json')) as f:
+    assert json.load(f)['bleu'] > 90
+  with open(os.path.join(workdir, 'eval_alignments.txt')) as f:
+    exact, near, links = _diagonal_fraction(f.read().splitlines())
+  # A small model after 600 steps: some links sit one position off.
+  assert links > 100 and exact > 0.9 and near > 0.98
+  # Attention maps are in reading order too.
+  (translation,) = attention_maps.translate_with_attention(
+      workdir, ['a b c d e f']
+  )
+  assert translation.source == ['a', 'b', 'c', 'd', 'e', 'f', '</s>']
+  assert translation.hypothesis[:6] == translation.source[:6]
+  np.testing.assert_array_equal(
+      np.argmax(translation.weights[:6], axis=1), np.arange(6)
+  )
+
+
+def test_nbest_first_lines_are_the_translations(copy_model, tmp_path):
+  sources = 'a b c d e f\nb b a\n\nc\n'
+  best = nmt(
+      *COPY, f'--workdir={copy_model}', '--mode=translate', input_text=sources
+  ).stdout.splitlines()
+  nbest = nmt(
+      *COPY,
+      f'--workdir={copy_model}',
+      '--mode=translate',
+      '--config.decode.nbest=3',
+      input_text=sources,
+  ).stdout.splitlines()
+  entries = [line.split(' ||| ') for line in nbest]
+  assert sorted({int(e[0]) for e in entries}) == [0, 1, 3]  # input lines
+  for index in (0, 1, 3):
+    mine = [e for e in entries if int(e[0]) == index]
+    assert 1 <= len(mine) <= 3 and mine[0][1] == best[index]
+    scores = [float(e[2]) for e in mine]
+    assert scores == sorted(scores, reverse=True)
+  assert best[2] == ''
+
+
+def test_scores_equal_the_loss_and_read_files_or_pairs(copy_model, tmp_path):
+  pairs = [('a b c', 'a b c'), ('d e f a', 'd e e a'), ('b', 'c c')]
+  (tmp_path / 'src').write_text(''.join(s + '\n' for s, _ in pairs))
+  (tmp_path / 'tgt').write_text(''.join(t + '\n' for _, t in pairs))
+  from_files = nmt(
+      *COPY,
+      f'--workdir={copy_model}',
+      '--mode=score',
+      f'--source={tmp_path}/src',
+      f'--target={tmp_path}/tgt',
+      '--config.decode.batch_size=1',
+  ).stdout.splitlines()
+  from_stdin = nmt(
+      *COPY,
+      f'--workdir={copy_model}',
+      '--mode=score',
+      input_text=''.join(f'{s}\t{t}\n' for s, t in pairs),
+  ).stdout.splitlines()
+  assert len(from_files) == len(from_stdin) == 3
+  config = validation.resolve(_copy_config())
+  task, model, _, params, _ = workdirs.restore_for_inference(config, copy_model)
+  for (source, target), a, b in zip(pairs, from_files, from_stdin):
+    total_a, mean_a, each_a = a.split('\t')
+    total_b = b.split('\t')[0]
+    np.testing.assert_allclose(float(total_a), float(total_b), atol=2e-6)
+    assert len(each_a.split()) == len(target.split()) + 1  # EOS
+    # The teacher-forced loss of the pair alone, as training computes it.
+    split = dataset.Split(
+        [np.asarray(task.source_vocab.encode(source), np.int32)],
+        [np.asarray(task.target_vocab.encode(target), np.int32)],
+        [source],
+        [target],
+    )
+    batch = batching.make_batch(split, [0], 8)
+    out = steps.eval_step(params, batch, model=model)
+    np.testing.assert_allclose(
+        -float(total_a), out['loss_sum'], rtol=1e-5, atol=2e-6
+    )
+    np.testing.assert_allclose(
+        float(mean_a), float(total_a) / (len(target.split()) + 1), atol=2e-6
+    )
+  bad = nmt(
+      *COPY,
+      f'--workdir={copy_model}',
+      '--mode=score',
+      input_text='a b c\n',
+      check=False,
+  )
+  assert bad.returncode == 2 and 'tab-separated' in bad.stderr
+
+
+def test_an_ensemble_of_copies_is_the_model(copy_model, tmp_path):
+  sources = 'a b c d e f\nb b a\nc\n'
+  single = nmt(
+      *COPY, f'--workdir={copy_model}', '--mode=translate', input_text=sources
+  ).stdout
+  twice = nmt(
+      *COPY,
+      f'--workdir={copy_model},{copy_model}',
+      '--mode=translate',
+      input_text=sources,
+  ).stdout
+  assert twice == single
+  pair = 'a b c\ta b c\nb b a\tb a\n'
+  score = lambda w: nmt(
+      *COPY, f'--workdir={w}', '--mode=score', input_text=pair
+  ).stdout
+  assert score(f'{copy_model},{copy_model}') == score(copy_model)
+  out = tmp_path / 'ensemble'
+  nmt(
+      *COPY,
+      f'--workdir={copy_model},{copy_model}',
+      '--mode=eval',
+      f'--output={out}',
+  )
+  nmt(*COPY, f'--workdir={copy_model}', '--mode=eval')
+  with open(out / 'eval_results.json') as f:
+    ensemble = json.load(f)
+  with open(os.path.join(copy_model, 'eval_results.json')) as f:
+    alone = json.load(f)
+  assert ensemble['ensemble'] == [copy_model, copy_model]
+  assert ensemble['bleu'] == alone['bleu']
+  assert (out / 'eval_hypotheses.txt').read_text() == open(
+      os.path.join(copy_model, 'eval_hypotheses.txt')
+  ).read()
+  refused = nmt(
+      *COPY,
+      f'--workdir={copy_model},{copy_model}',
+      '--mode=eval',
+      check=False,
+  )
+  assert refused.returncode == 2 and '--output=DIR' in refused.stderr
+
+
+def test_averaged_checkpoints_load_in_every_mode(copy_model, tmp_path):
+  best = str(tmp_path / 'best1')
+  conftest.run_module(
+      'nmt_jax.average',
+      f'--workdir={copy_model}',
+      '--best=1',
+      f'--output={best}',
+  )
+  sources = 'a b c d e f\nb b a\n'
+  translate = lambda w: nmt(
+      *COPY, f'--workdir={w}', '--mode=translate', input_text=sources
+  ).stdout
+  assert translate(best) == translate(copy_model)  # the average of one
+  last = str(tmp_path / 'last2')
+  conftest.run_module(
+      'nmt_jax.average',
+      f'--workdir={copy_model}',
+      '--last=2',
+      f'--output={last}',
+  )
+  averaged = final_params(last, 600)
+  first, second = final_params(copy_model, 300), final_params(copy_model, 600)
+  for key, value in averaged.items():
+    if '.params' in key or "['params']" in key:
+      expected = (first[key].astype(np.float64) + second[key]) / 2
+      np.testing.assert_array_equal(value, expected.astype(value.dtype))
+  nmt(*COPY, f'--workdir={last}', '--mode=eval')
+  nmt(*COPY, f'--workdir={last}', '--mode=score', input_text='a b\ta b\n')
+  with open(os.path.join(last, 'eval_results.json')) as f:
+    assert json.load(f)['checkpoint_step'] == 600
+  again = conftest.run_module(
+      'nmt_jax.average',
+      f'--workdir={copy_model}',
+      '--last=9',
+      f'--output={tmp_path}/nine',
+      check=False,
+  )
+  assert again.returncode == 2 and 'keep_checkpoints' in again.stderr
+  assert not os.path.exists(tmp_path / 'nine')
+
+
+def _valid_steps(workdir):
+  return [
+      r['step'] for r in writers.read_metrics(workdir) if r['split'] == 'valid'
+  ]
+
+
+def test_early_stopping_stops_at_the_patience_limit(tmp_path):
+  workdir = str(tmp_path / 'run')
+  args = [
+      '--config=configs/global_general.py:tiny',
+      f'--workdir={workdir}',
+      '--config.train.learning_rate=1e-12',  # validation BLEU never moves
+      '--config.train.num_steps=40',
+      '--config.train.early_stopping_patience=2',
+      '--config.decode.beam_size=1',
+  ]
+  nmt(*args)
+  # The first validation (step 2) is the best; two more without a better one.
+  assert _valid_steps(workdir) == [2, 4, 6]
+  nmt(*args)  # the same command again: stopped already, nothing trained
+  assert _valid_steps(workdir) == [2, 4, 6]
+  with open(os.path.join(workdir, 'eval_results.json')) as f:
+    # Equal BLEU everywhere: Orbax's best is the newest of the tie.
+    assert json.load(f)['checkpoint_step'] == 6
+  steps_saved = os.listdir(os.path.join(workdir, 'checkpoints'))
+  assert max(int(s) for s in steps_saved if s.isdigit()) == 6
+
+
+def _scale(workdir, step):
+  params = final_params(workdir, step)
+  (value,) = [v for k, v in params.items() if 'step_size' in k]
+  return float(value)
+
+
+def test_plateau_decay_is_kept_in_the_checkpoint_and_replayed(tmp_path):
+  args = [
+      '--config=configs/global_general.py:tiny',
+      '--config.train.learning_rate=1e-12',
+      '--config.train.plateau_decay=0.5',
+      '--config.train.plateau_patience=1',
+      '--config.decode.beam_size=1',
+  ]
+  straight = str(tmp_path / 'straight')
+  nmt(*args, f'--workdir={straight}', '--config.train.num_steps=8')
+  # Validations at 2, 4, 6, 8: the last three decay.
+  assert _scale(straight, 8) == 0.125
+  rates = {
+      r['step']: r['learning_rate']
+      for r in writers.read_metrics(straight)
+      if r['split'] == 'train'
+  }
+  assert rates[8] == pytest.approx(1e-12 * 0.25)  # logged before step 8's
+  resumed = str(tmp_path / 'resumed')
+  nmt(*args, f'--workdir={resumed}', '--config.train.num_steps=4')
+  assert _scale(resumed, 4) == 0.5
+  nmt(*args, f'--workdir={resumed}', '--config.train.num_steps=8')
+  assert _scale(resumed, 8) == 0.125
+
+
+def test_unknown_words_are_replaced_from_the_source(tmp_path):
+  workdir = str(tmp_path / 'words')
+  # Target words only the 3 most frequent: the rest of the target is <unk>.
+  args = [
+      '--config=configs/global_general.py:tiny',
+      '--config.data.name=text:tests/data/numbers',
+      '--config.data.max_length=12',
+      '--config.data.vocab.kind=word',
+      '--config.data.vocab.shared=false',
+      '--config.data.vocab.size=40',
+      '--config.data.vocab.target_size=3',
+      '--config.train.num_steps=60',
+      '--config.train.learning_rate=0.01',
+      '--config.decode.beam_size=1',
+  ]
+  nmt(*args, f'--workdir={workdir}')
+  sources = open('tests/data/numbers.dev.de').read().splitlines()[:12]
+  plain = nmt(
+      *args,
+      f'--workdir={workdir}',
+      '--mode=translate',
+      '--config.decode.alignments=pharaoh',
+      input_text='\n'.join(sources) + '\n',
+  ).stdout.splitlines()
+  replaced = nmt(
+      *args,
+      f'--workdir={workdir}',
+      '--mode=translate',
+      '--config.decode.replace_unk=true',
+      input_text='\n'.join(sources) + '\n',
+  ).stdout.splitlines()
+  swapped = 0
+  for source, line, new in zip(sources, plain, replaced):
+    text, alignment = line.split(' ||| ')
+    links = dict(
+        (int(j), int(i))
+        for i, j in (link.split('-') for link in alignment.split())
+    )
+    words, new_words = text.split(), new.split()
+    assert len(words) == len(new_words)
+    for j, (word, new_word) in enumerate(zip(words, new_words)):
+      if word == '<unk>' and j in links:
+        assert new_word == source.split()[links[j]]
+        swapped += 1
+      else:
+        assert new_word == word
+  assert swapped > 0
+  wrong = nmt(
+      '--config=configs/global_general.py:tiny',
+      f'--workdir={workdir}',
+      '--mode=translate',
+      '--config.decode.replace_unk=true',
+      input_text='a b\n',
+      check=False,
+  )
+  assert wrong.returncode == 2 and 'word vocabulary' in wrong.stderr
+
+
+def test_the_luong_sgd_preset_trains(tmp_path):
+  workdir = str(tmp_path / 'sgd')
+  nmt(
+      '--config=configs/global_general.py:tiny,luong_sgd',
+      f'--workdir={workdir}',
+      '--config.train.num_epochs=0.05',
+      '--config.train.batch_size=8',
+      '--config.decode.beam_size=1',
+  )
+  with open(os.path.join(workdir, 'config.json')) as f:
+    train = json.load(f)['train']
+  assert (train['optimizer'], train['learning_rate']) == ('sgd', 1.0)
+  records = writers.read_metrics(workdir)
+  assert records[-1]['split'] == 'eval'
+  assert records[-1]['step'] == train['num_steps']  # 5% of an epoch
