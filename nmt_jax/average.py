@@ -11,6 +11,7 @@ average more. Parameters are summed in float64, so the average of identical
 checkpoints is that checkpoint exactly.
 """
 
+import logging as std_logging
 import os
 import shutil
 import sys
@@ -27,6 +28,7 @@ from nmt_jax import errors
 from nmt_jax import locks
 from nmt_jax import parallel
 from nmt_jax import workdirs
+from nmt_jax import writers
 
 _WORKDIR = flags.DEFINE_string('workdir', None, 'The trained workdir.')
 _OUTPUT = flags.DEFINE_string(
@@ -136,6 +138,7 @@ def average_checkpoints(
 
 
 def main(argv):
+  std_logging.getLogger('absl').addFilter(writers.QuietLibraries())
   if len(argv) > 1:
     raise app.UsageError(f'unexpected arguments: {" ".join(argv[1:])}')
   try:
