@@ -29,6 +29,7 @@ import jax
 import ml_collections
 from ml_collections import config_flags
 
+from nmt_jax import compile_cache
 from nmt_jax import errors
 from nmt_jax import inference
 from nmt_jax import parallel
@@ -320,6 +321,7 @@ def main(argv):
     _fail(str(e).strip().splitlines()[-1])
   try:
     maybe_initialize_distributed()
+    compile_cache.configure()
     if jax.process_count() == 1:
       # SIGTERM stops like Ctrl-C (the training loop saves a checkpoint
       # first); multi-process runs leave it to JAX's preemption service.

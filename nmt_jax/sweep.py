@@ -35,6 +35,7 @@ from absl import flags
 from absl import logging
 from ml_collections import config_flags
 
+from nmt_jax import compile_cache
 from nmt_jax import errors
 from nmt_jax.tools import runs as runs_lib
 from nmt_jax.tools import sweep
@@ -132,6 +133,7 @@ def main(argv):
         f'give one command: {" | ".join(COMMANDS)} (see the module docstring)'
     )
   command = argv[1]
+  compile_cache.configure()  # tau sweeps decode in this process
   try:
     if command == 'run':
       if not _ROOT.value:

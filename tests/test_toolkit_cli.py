@@ -8,6 +8,8 @@ decay decide as the validations say, also across a resume.
 
 import json
 import os
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -395,3 +397,37 @@ def test_the_luong_sgd_preset_trains(tmp_path):
   records = writers.read_metrics(workdir)
   assert records[-1]['split'] == 'eval'
   assert records[-1]['step'] == train['num_steps']  # 5% of an epoch
+
+
+def test_runs_share_a_persistent_compilation_cache(copy_model, tmp_path):
+  env = conftest.subprocess_env()
+  del env['JAX_COMPILATION_CACHE_DIR']  # the test suite's own cache
+  cache = tmp_path / 'cache'
+  env['NMT_JAX_COMPILATION_CACHE'] = str(cache)
+  command = [
+      sys.executable,
+      '-m',
+      'nmt_jax.main',
+      *COPY,
+      f'--workdir={copy_model}',
+      '--mode=translate',
+  ]
+  run = lambda: subprocess.run(
+      command,
+      cwd=conftest.ROOT,
+      env=env,
+      input='a b c\n',
+      capture_output=True,
+      text=True,
+      check=True,
+  ).stdout
+  first = run()
+  entries = set(os.listdir(cache))
+  assert entries  # the compiled decoder (and the encoder init) are stored
+  assert run() == first
+  assert set(os.listdir(cache)) == entries  # nothing compiled again
+  env['NMT_JAX_COMPILATION_CACHE'] = 'off'
+  off_cache = tmp_path / 'unused'
+  env['HOME'] = str(off_cache)
+  assert run() == first
+  assert not off_cache.exists()
