@@ -185,6 +185,11 @@ def get_config(arg=None):
   # Early stopping: stop after this many validations without a better
   # plateau_metric (0 = off); the best checkpoint is then evaluated.
   config.train.early_stopping_patience = 0
+  # Profile training steps profile_from_step + 1 .. + profile_steps into
+  # <workdir>/profile (a jax.profiler trace: TensorBoard's profile tab or
+  # ui.perfetto.dev). 0 = off.
+  config.train.profile_steps = 0
+  config.train.profile_from_step = 10
   # Start from the best checkpoint of another workdir (fine-tuning).
   config.train.init_from = ''
 
@@ -215,6 +220,9 @@ def get_config(arg=None):
   # Ensembles (--workdir=A,B): average the members' 'log_probs' per step
   # (OpenNMT-py, Marian) or their 'probs' (fairseq).
   config.decode.ensemble_average = 'log_probs'
+  # --mode=eval traces its (steady-state) decoding pass into
+  # <output>/profile_decode (jax.profiler, as train.profile_steps).
+  config.decode.profile = False
 
   # ---------------------------------------------------------------- parallelism
   config.parallel = ml_collections.ConfigDict()

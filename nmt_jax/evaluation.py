@@ -67,6 +67,7 @@ def decode_split(
     limit=None,
     mesh=None,
     timing_repeats: int = 1,
+    profile_dir: Optional[str] = None,
 ):
   """Decodes a dataset.Split's sources in fixed-shape, length-sorted batches.
 
@@ -77,7 +78,8 @@ def decode_split(
   process feeds its rows) and every process receives all hypotheses. With
   `timing_repeats` > 1 the whole split is decoded that many times and
   `decode_seconds` is the fastest pass (the least disturbed by other work on
-  the machine); `decode_seconds_all` lists every pass.
+  the machine); `decode_seconds_all` lists every pass. With `profile_dir`
+  the first timed pass is traced there (jax.profiler).
   Returns (n-best lists of Hypothesis in split order, best first; statistics:
   'windows' (decode.Windows of numpy [N] arrays in split order),
   'source_lengths' [N] (EOS included), decode_seconds, compile_seconds).
@@ -106,8 +108,12 @@ def decode_split(
     )
 
   passes = []
-  for _ in range(max(1, timing_repeats)):
-    outputs, seconds = timing.timed(run_pass)
+  for repeat in range(max(1, timing_repeats)):
+    if profile_dir and not repeat:
+      with jax.profiler.trace(profile_dir, create_perfetto_trace=True):
+        outputs, seconds = timing.timed(run_pass)
+    else:
+      outputs, seconds = timing.timed(run_pass)
     passes.append(seconds)
 
   nbest = [None] * count
@@ -260,10 +266,12 @@ class Evaluator:
       beam_size: int,
       limit: Optional[int] = None,
       alignments: bool = False,
+      profile_dir: Optional[str] = None,
   ) -> Decoded:
     """Decodes the split's sources (the first `limit`).
 
-    With `alignments` each hypothesis has its argmax source positions.
+    With `alignments` each hypothesis has its argmax source positions; with
+    `profile_dir` the decoding pass is traced there.
     """
     key = (beam_size, alignments)
     if key not in self._decoders:
@@ -280,6 +288,7 @@ class Evaluator:
         limit,
         mesh=self.mesh,
         timing_repeats=self.config.decode.timing_repeats,
+        profile_dir=profile_dir,
     )
     count = max(len(nbest), 1)
     info = window_metrics(stats['windows'], stats['source_lengths'])

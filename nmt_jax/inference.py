@@ -50,11 +50,15 @@ def _texts(config, task, decoded, split, k_best: int):
   return rows
 
 
-def _decode(config, evaluator, params, split):
+def _decode(config, evaluator, params, split, profile_dir=None):
   """Decodes with the alignments the config asks for -> (decoded, rows)."""
   aligned = bool(config.decode.alignments or config.decode.replace_unk)
   decoded = evaluator.decode(
-      params, split, config.decode.beam_size, alignments=aligned
+      params,
+      split,
+      config.decode.beam_size,
+      alignments=aligned,
+      profile_dir=profile_dir,
   )
   rows = _texts(
       config, evaluator.task, decoded, split, max(1, config.decode.nbest)
@@ -87,7 +91,10 @@ def evaluate(
   with locks.locked(target):
     evaluator = evaluation.Evaluator(config, scorer, task, mesh)
     split = task.test_or_eval
-    decoded, rows = _decode(config, evaluator, params, split)
+    profile_dir = None
+    if config.decode.profile:
+      profile_dir = os.path.join(target, 'profile_decode')
+    decoded, rows = _decode(config, evaluator, params, split, profile_dir)
     result = evaluator.metrics(params, split, decoded, config.decode.beam_size)
     result['eval_split'] = 'test' if task.test is not None else 'validation'
     step = checkpoint_steps[0]

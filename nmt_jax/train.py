@@ -9,6 +9,7 @@ import contextlib
 import dataclasses
 import functools
 import math
+import os
 from typing import Any, Callable, Dict
 
 from absl import logging
@@ -224,10 +225,15 @@ def _train_and_evaluate(config, workdir: str, mesh) -> Dict[str, Any]:
     sigterm = stack.enter_context(
         preemption.Preemption(t.sigterm_grace_seconds)
     )
+    profiler = stack.enter_context(
+        Profiler(os.path.join(workdir, 'profile'), t)
+    )
     for step in range(start, end):
+      profiler.before(step)
       batch = next(iterator)
       state, device_metrics = train_step(state, batch)
       done = step + 1
+      profiler.after(done, state)
       last = done == t.num_steps
       progress.push(done, device_metrics, len(batch['source']))
       stop = sigterm.reached(done)
@@ -303,6 +309,35 @@ def _train_and_evaluate(config, workdir: str, mesh) -> Dict[str, Any]:
     if writer is not None:
       writer.close()
   return inference.evaluate(config, [workdir])
+
+
+class Profiler(contextlib.AbstractContextManager):
+  """Traces steps profile_from_step + 1 .. + profile_steps (jax.profiler)."""
+
+  def __init__(self, directory: str, train_config):
+    self.directory = directory
+    self.first = train_config.profile_from_step
+    self.last = self.first + train_config.profile_steps
+    self.enabled = train_config.profile_steps > 0
+    self.tracing = False
+
+  def before(self, step: int):
+    if self.enabled and step == self.first:
+      jax.profiler.start_trace(self.directory, create_perfetto_trace=True)
+      self.tracing = True
+
+  def after(self, done: int, state):
+    if self.tracing and done == self.last:
+      jax.block_until_ready(state)  # the traced steps, not their dispatch
+      self.__exit__(None, None, None)
+      logging.info(
+          'profile of steps %d-%d in %s', self.first + 1, done, self.directory
+      )
+
+  def __exit__(self, *exc_info):
+    if self.tracing:
+      self.tracing = False
+      jax.profiler.stop_trace()
 
 
 def _resume(ckpts, state, iterator, task, workdir: str):

@@ -52,6 +52,8 @@ NON_NEGATIVE = (
     'train.warmup_steps',
     'train.plateau_decay',
     'train.early_stopping_patience',
+    'train.profile_steps',
+    'train.profile_from_step',
     'decode.nbest',
     'decode.length_penalty',
     'model.output_hidden_size',

@@ -431,3 +431,20 @@ def test_runs_share_a_persistent_compilation_cache(copy_model, tmp_path):
   env['HOME'] = str(off_cache)
   assert run() == first
   assert not off_cache.exists()
+
+
+def test_profiles_of_training_steps_and_decoding(tmp_path):
+  workdir = tmp_path / 'run'
+  nmt(
+      '--config=configs/global_general.py:tiny',
+      f'--workdir={workdir}',
+      '--config.train.profile_steps=2',
+      '--config.train.profile_from_step=1',
+      '--config.decode.profile=true',
+      '--config.decode.beam_size=1',
+  )
+  for folder in ('profile', 'profile_decode'):
+    (trace,) = (workdir / folder / 'plugins' / 'profile').iterdir()
+    names = {p.name for p in trace.iterdir()}
+    assert 'perfetto_trace.json.gz' in names
+    assert any(name.endswith('.xplane.pb') for name in names)
