@@ -6,8 +6,10 @@
       --compare=configs/global_concat.py:copy200 --json=d.json
   python -m nmt_jax.bench data --config=configs/memory_k64_pe.py:wmt17_de_en \
       --synthetic=100000 --json=data.json
+  python -m nmt_jax.bench memory --config=configs/memory_k64.py:wmt17_de_en \
+      --vocab_size=16000 --json=memory.json
 
-What each measures: nmt_jax/tools/bench.py (train, decode) and
+What each measures: nmt_jax/tools/bench.py (train, decode, memory) and
 nmt_jax/tools/bench_data.py (data). --compare runs a second config in the same
 process, alternating repetitions, and adds `speedup` = other's time / this
 config's time for each figure.
@@ -56,6 +58,9 @@ _MODES = flags.DEFINE_list(
 )
 _NUM_SENTENCES = flags.DEFINE_integer(
     'num_sentences', None, 'decode: sentences (default: all).'
+)
+_VOCAB_SIZE = flags.DEFINE_integer(
+    'vocab_size', 16_000, 'memory: words per side (the WMT BPE size).'
 )
 _SYNTHETIC = flags.DEFINE_integer(
     'synthetic',
@@ -129,6 +134,11 @@ def run(command: str) -> Dict[str, Any]:
               / result['other']['tokens_per_sec']
           )
       }
+  elif command == 'memory':
+    result['this'] = bench.bench_memory(config, _VOCAB_SIZE.value)
+    if compare is not None:
+      result['other'] = bench.bench_memory(compare, _VOCAB_SIZE.value)
+      result['compare_config'] = describe(compare)
   elif command == 'data':
     result['this'] = bench_data.bench_data(
         config,
@@ -154,9 +164,9 @@ def run(command: str) -> Dict[str, Any]:
 
 
 def main(argv):
-  if len(argv) != 2 or argv[1] not in ('train', 'decode', 'data'):
+  if len(argv) != 2 or argv[1] not in ('train', 'decode', 'data', 'memory'):
     raise app.UsageError(
-        'usage: python -m nmt_jax.bench train|decode|data --config=... '
+        'usage: python -m nmt_jax.bench train|decode|data|memory --config=... '
         '[--json=PATH]'
     )
   std_logging.getLogger('absl').addFilter(writers.QuietLibraries())

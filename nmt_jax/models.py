@@ -287,6 +287,16 @@ class Decoder(nn.Module):
 
     The diagnostics are [B, T, ...].
     """
+    htilde, diagnostics = self.features(
+        cache, state, target_in, train, with_weights
+    )
+    return self.logits(htilde), diagnostics
+
+  def features(self, cache, state, target_in, train=False, with_weights=False):
+    """Teacher forcing: target_in [B, T] -> htilde [B, T, H], diagnostics.
+
+    htilde is the softmax layer's input (`logits` maps it to [B, T, V]).
+    """
     # Time-major inside (see Encoder); only htilde [T, B, H] is transposed back.
     # [T, B, E]
     emb = self.dropout(self.embed(target_in.T), deterministic=not train)
@@ -305,7 +315,7 @@ class Decoder(nn.Module):
     )
     _, (htildes, diagnostics) = scan(self, state, (emb, x_gates))  # [T, B, ...]
     batch_major = lambda x: jnp.swapaxes(x, 0, 1)
-    return self.logits(batch_major(htildes)), jax.tree_util.tree_map(
+    return batch_major(htildes), jax.tree_util.tree_map(
         batch_major, diagnostics
     )
 
@@ -342,6 +352,15 @@ class Seq2Seq(nn.Module):
     """
     cache, state = self.encode(source, train)
     return self.decoder(cache, state, target_in, train, with_weights)
+
+  def features(self, source, target_in, train=False, with_weights=False):
+    """As __call__, up to the softmax layer's input htilde [B, T, H]."""
+    cache, state = self.encode(source, train)
+    return self.decoder.features(cache, state, target_in, train, with_weights)
+
+  def output_logits(self, htilde):
+    """htilde [..., H] -> logits [..., V] (the softmax layer)."""
+    return self.decoder.logits(htilde)
 
   def decode_step(self, state, cache, tokens, with_weights=False):
     return self.decoder.decode_step(state, cache, tokens, with_weights)

@@ -53,6 +53,7 @@ NON_NEGATIVE = (
     'train.plateau_decay',
     'train.early_stopping_patience',
     'train.profile_steps',
+    'train.loss_chunk',
     'train.profile_from_step',
     'decode.nbest',
     'decode.length_penalty',

@@ -8,6 +8,7 @@ import pytest
 from nmt_jax import data
 from nmt_jax import default_config
 from nmt_jax import validation
+from nmt_jax.tools import bench as bench_lib
 from nmt_jax.tools import bench_data
 from tests import conftest
 
@@ -121,3 +122,16 @@ def test_bench_data_leaves_a_real_workdir_untouched(tmp_path):
   assert before
   bench('data', *corpus, f'--data_workdir={workdir}', '--steps=2')
   assert sorted(os.listdir(workdir / 'data_cache')) == before
+
+
+def test_a_chunked_loss_shrinks_the_memory_plan_of_a_step():
+  config = default_config.get_config('tiny')
+  config.train.batch_size = 32
+  config.data.max_length = 20
+  whole = bench_lib.bench_memory(config, vocab_size=4000)
+  config.train.loss_chunk = 3
+  chunked = bench_lib.bench_memory(config, vocab_size=4000)
+  assert whole['logits_mb'] == pytest.approx(4 * 32 * 21 * 4000 / 2**20)
+  assert whole['parameters'] == chunked['parameters']
+  # At least one [B, T, V] array less (the logits and softmax of the whole).
+  assert chunked['temp_mb'] < whole['temp_mb'] - whole['logits_mb']

@@ -202,3 +202,64 @@ def test_every_config_file_and_preset_validates(preset):
     name = os.path.basename(path)[:-3]
     config = default_config.sibling_config(path, name, preset)
     assert validation.resolve(config).model.attention.kind in attention.kinds()
+
+
+@pytest.mark.parametrize('label_smoothing', [0.0, 0.1])
+def test_chunked_cross_entropy_is_the_whole_one(label_smoothing):
+  rng = np.random.default_rng(3)
+  htilde = jnp.asarray(rng.normal(size=(3, 7, 5)), jnp.float32)
+  weights = jnp.asarray(rng.normal(size=(5, 11)), jnp.float32)
+  targets = jnp.asarray(rng.integers(1, 11, size=(3, 7)))
+  targets = targets.at[0, 5:].set(PAD).at[2, 2:].set(PAD)
+
+  def whole(w):
+    return steps.cross_entropy(htilde @ w, targets, label_smoothing)[0]
+
+  def chunked(w):
+    return steps.chunked_cross_entropy(
+        lambda h: h @ w, htilde, targets, 3, label_smoothing
+    )[0]
+
+  np.testing.assert_allclose(chunked(weights), whole(weights), rtol=1e-5)
+  np.testing.assert_allclose(
+      jax.grad(chunked)(weights),
+      jax.grad(whole)(weights),
+      rtol=1e-4,
+      atol=1e-6,
+  )
+  _, tokens = steps.chunked_cross_entropy(
+      lambda h: h @ weights, htilde, targets, 3
+  )
+  assert tokens == 7 + 5 + 2
+
+
+@pytest.mark.parametrize('dropout', [0.0, 0.3])
+def test_a_train_step_with_a_chunked_loss_is_the_same_step(dropout):
+  config = helpers.tiny_config('global', 'general', dropout=dropout)
+  setup = train.build(config)
+  batch = setup.batches.batch(0)
+  results = []
+  for chunk in (0, 3):
+    cfg = setup.config.copy_and_resolve_references()
+    cfg.train.loss_chunk = chunk
+    step = jax.jit(
+        functools.partial(
+            steps.train_step,
+            model=setup.model,
+            optimizer=setup.optimizer,
+            config=cfg,
+        )
+    )
+    results.append(step(setup.state, batch))
+  (whole, whole_metrics), (chunked, chunked_metrics) = results
+  np.testing.assert_allclose(
+      chunked_metrics['loss_sum'], whole_metrics['loss_sum'], rtol=1e-5
+  )
+  np.testing.assert_allclose(
+      chunked_metrics['grad_norm'], whole_metrics['grad_norm'], rtol=1e-4
+  )
+  for a, b in zip(
+      jax.tree_util.tree_leaves(chunked.params),
+      jax.tree_util.tree_leaves(whole.params),
+  ):
+    np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-6)

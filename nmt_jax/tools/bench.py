@@ -1,5 +1,6 @@
 """Speed and memory benchmarks of training and decoding, for `nmt_jax.bench`.
 
+memory: XLA's memory plan of one training step (no data, nothing run).
 train:  steady-state target tokens/s (real, non-PAD tokens), compile time,
         peak RSS, and the step's dense GFLOP/s next to XLA's rate on a plain
         [128, 768] x [768, 1024] matmul at the same thread count.
@@ -28,6 +29,7 @@ from nmt_jax import data
 from nmt_jax import decode
 from nmt_jax import errors
 from nmt_jax import evaluation
+from nmt_jax import models
 from nmt_jax import parallel
 from nmt_jax import steps
 from nmt_jax import timing
@@ -175,6 +177,52 @@ def bench_train(
       'matmul_gflops_per_sec': rate,
       'fraction_of_matmul_rate': gflops / rate,
       'tokens_per_sec_runs': [r[1] / r[0] for r in results],
+  }
+
+
+def bench_memory(config, vocab_size: int) -> Dict[str, Any]:
+  """XLA's memory plan of one training step, without running it.
+
+  The step of the longest bucket (train.batch_size sentences of
+  data.max_length + 1 tokens) with `vocab_size` words on each side, compiled
+  from shapes alone (nothing is allocated, no data is read): `temp_mb` is
+  the step's working memory (activations, logits, gradients in flight);
+  `arguments_mb` the state and batch it takes.
+  """
+  config = validation.resolve(config)
+  model = models.Seq2Seq(config.model, vocab_size, vocab_size)
+  optimizer, _ = steps.create_optimizer(config.train, steps_per_epoch=1)
+  rows, length = config.train.batch_size, config.data.max_length + 1
+  sample = batching.dummy_batch(1, length)
+
+  def init():
+    params = model.init(
+        jax.random.key(0), sample['source'], sample['target_in']
+    )['params']
+    return steps.TrainState(jnp.int32(0), params, optimizer.init(params))
+
+  state = jax.eval_shape(init)
+  batch = {
+      k: jax.ShapeDtypeStruct((rows, length), jnp.int32)
+      for k in ('source', 'target_in', 'target_out')
+  }
+  step = functools.partial(
+      steps.train_step, model=model, optimizer=optimizer, config=config
+  )
+  analysis = jax.jit(step).lower(state, batch).compile().memory_analysis()
+  mb = lambda n: n / 2**20
+  params = sum(x.size for x in jax.tree_util.tree_leaves(state.params))
+  return {
+      'vocab_size': vocab_size,
+      'batch_size': rows,
+      'length': length,
+      'loss_chunk': config.train.loss_chunk,
+      'parameters': params,
+      'temp_mb': mb(analysis.temp_size_in_bytes),
+      'arguments_mb': mb(analysis.argument_size_in_bytes),
+      'outputs_mb': mb(analysis.output_size_in_bytes),
+      # [B, T, V] float32: one array of logits (the softmax is another).
+      'logits_mb': mb(4 * rows * length * vocab_size),
   }
 
 
