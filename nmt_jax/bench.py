@@ -6,10 +6,10 @@
       --compare=configs/global_concat.py:copy200 --json=d.json
   python -m nmt_jax.bench data --config=configs/memory_k64_pe.py:wmt17_de_en \
       --synthetic=100000 --json=data.json
-  python -m nmt_jax.bench memory --config=configs/memory_k64.py:wmt17_de_en \
+  python -m nmt_jax.bench train_memory --config=configs/memory_k64.py:wmt17_de_en \
       --vocab_size=16000 --json=memory.json
 
-What each measures: nmt_jax/tools/bench.py (train, decode, memory) and
+What each measures: nmt_jax/tools/bench.py (train, decode, train_memory) and
 nmt_jax/tools/bench_data.py (data). --compare runs a second config in the same
 process, alternating repetitions, and adds `speedup` = other's time / this
 config's time for each figure.
@@ -60,7 +60,7 @@ _NUM_SENTENCES = flags.DEFINE_integer(
     'num_sentences', None, 'decode: sentences (default: all).'
 )
 _VOCAB_SIZE = flags.DEFINE_integer(
-    'vocab_size', 16_000, 'memory: words per side (the WMT BPE size).'
+    'vocab_size', 16_000, 'train_memory: words per side (the WMT BPE size).'
 )
 _SYNTHETIC = flags.DEFINE_integer(
     'synthetic',
@@ -134,7 +134,7 @@ def run(command: str) -> Dict[str, Any]:
               / result['other']['tokens_per_sec']
           )
       }
-  elif command == 'memory':
+  elif command == 'train_memory':
     result['this'] = bench.bench_memory(config, _VOCAB_SIZE.value)
     if compare is not None:
       result['other'] = bench.bench_memory(compare, _VOCAB_SIZE.value)
@@ -164,10 +164,15 @@ def run(command: str) -> Dict[str, Any]:
 
 
 def main(argv):
-  if len(argv) != 2 or argv[1] not in ('train', 'decode', 'data', 'memory'):
+  if len(argv) != 2 or argv[1] not in (
+      'train',
+      'decode',
+      'data',
+      'train_memory',
+  ):
     raise app.UsageError(
-        'usage: python -m nmt_jax.bench train|decode|data|memory --config=... '
-        '[--json=PATH]'
+        'usage: python -m nmt_jax.bench train|decode|data|train_memory'
+        ' --config=... [--json=PATH]'
     )
   std_logging.getLogger('absl').addFilter(writers.QuietLibraries())
   try:

@@ -63,6 +63,10 @@ def get_config(arg=None):
   # Batches are padded to one of this many bucket lengths, so jit compiles
   # one train step per bucket instead of one per batch.
   config.data.num_buckets = 4
+  # Training bucket lengths: 'even' (evenly spaced up to the longest) or
+  # 'fitted' (the num_buckets lengths that pad the training split least,
+  # from its length histogram).
+  config.data.bucketing = 'even'
   # Batch by tokens: each bucket's batches hold as many sentences as fit in
   # this many padded tokens (a multiple of the device count).
   # 0 = train.batch_size sentences.

@@ -76,6 +76,7 @@ CHOICES = {
     'decode.ensemble_average': ('log_probs', 'probs'),
     'parallel.mode': ('jit', 'pmap'),
     'data.vocab.kind': ('sentencepiece', 'word', 'char'),
+    'data.bucketing': ('even', 'fitted'),
     'data.vocab.model_type': ('bpe', 'unigram'),
 }
 

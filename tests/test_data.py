@@ -6,6 +6,7 @@ import pytest
 from nmt_jax import data
 from nmt_jax import default_config
 from nmt_jax import errors
+from nmt_jax import validation
 from nmt_jax import vocab as vocab_lib
 from nmt_jax.data import batching
 from nmt_jax.vocab import BOS
@@ -144,3 +145,40 @@ def test_too_few_examples_for_a_batch_is_an_error():
     batching.TrainBatches(
         task.train, 64, batching.bucket_boundaries(task.max_length, 2), seed=0
     )
+
+
+def test_fitted_buckets_pad_least():
+  rng = np.random.default_rng(0)
+  lengths = np.minimum(rng.geometric(0.08, size=2_000) + 1, 30)  # skewed
+
+  def padding(bounds):
+    return int(
+        np.sum(np.asarray(bounds)[np.searchsorted(bounds, lengths)] - lengths)
+    )
+
+  fitted = batching.fitted_boundaries(lengths, 30, 3)
+  assert fitted[-1] == 30 and fitted == sorted(set(fitted)) and len(fitted) == 3
+  # Exhaustive search over every pair of inner boundaries.
+  best = min(
+      padding([a, b, 30]) for a in range(1, 30) for b in range(a + 1, 30)
+  )
+  assert padding(fitted) == best
+  assert padding(fitted) < padding(batching.bucket_boundaries(30, 3))
+  # Fewer distinct lengths than buckets: one bucket each, the longest kept.
+  assert batching.fitted_boundaries(np.array([3, 3, 7]), 21, 4) == [3, 7, 21]
+
+
+def test_fitted_bucketing_trains_from_the_training_lengths():
+  config = default_config.get_config('tiny')
+  config.data.bucketing = 'fitted'
+  config.data.num_buckets = 3
+  config = validation.resolve(config)
+  task = data.load_task(config.data, config.seed)
+  batches = batching.training_batches(task, config)
+  lengths = batching.example_lengths(task.train)
+  assert batches.boundaries == batching.fitted_boundaries(
+      lengths, config.data.max_length + 1, 3
+  )
+  for step in range(5):
+    examples, length = batches.examples(step)
+    assert lengths[examples].max() <= length

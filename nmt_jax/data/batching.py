@@ -29,6 +29,43 @@ def bucket_boundaries(max_length: int, num_buckets: int) -> List[int]:
   })
 
 
+def fitted_boundaries(
+    lengths: np.ndarray, max_length: int, num_buckets: int
+) -> List[int]:
+  """The num_buckets padded lengths (the last max_length) that pad least.
+
+  Minimises the padding sum_i (bucket(len_i) - len_i) of `lengths` exactly,
+  by dynamic programming over the length histogram: O(num_buckets *
+  max_length^2), milliseconds for sentence lengths.
+  """
+  counts = np.bincount(
+      np.minimum(lengths, max_length), minlength=max_length + 1
+  )
+  counts = counts.astype(np.float64)
+  positions = np.arange(max_length + 1, dtype=np.float64)
+  # cost[a, b]: padding of the lengths a+1..b in a bucket of length b.
+  below = np.concatenate([[0.0], np.cumsum(counts)])  # counts of lengths < x
+  tokens = np.concatenate([[0.0], np.cumsum(counts * positions)])
+  a, b = np.meshgrid(positions, positions, indexing='ij')
+  a_, b_ = a.astype(int) + 1, b.astype(int) + 1
+  cost = b * (below[b_] - below[a_]) - (tokens[b_] - tokens[a_])
+  cost = np.where(b > a, cost, np.inf)
+  padding = cost[0].copy()  # padding[b]: one bucket, ending at b
+  back = []  # back[j][b]: where bucket j + 2 starts if it ends at b
+  for _ in range(num_buckets - 1):
+    total = padding[:, None] + cost  # [previous end, this end]
+    back.append(np.argmin(total, axis=0))
+    padding = total.min(axis=0)
+  boundaries, end = [max_length], max_length
+  for previous in reversed(back):
+    end = int(previous[end])
+    boundaries.append(end)
+  # Buckets no example falls into are dropped (the longest stays).
+  boundaries = sorted(set(boundaries))
+  filled = set(np.searchsorted(boundaries, lengths).tolist())
+  return [b for i, b in enumerate(boundaries) if i in filled or b == max_length]
+
+
 def example_lengths(split: dataset.Split) -> np.ndarray:
   """Padded length each example needs.
 
@@ -171,16 +208,21 @@ class TrainBatches:
     return make_batch(self.split, examples, length)
 
 
-def training_batch_sizes(config, devices: int = 1):
+def training_batch_sizes(config, devices: int = 1, lengths=None):
   """(bucket boundaries, sentences per batch in each bucket) of a config.
 
   Every source's longest sequence is data.max_length + 1 (EOS). `devices`:
   batches by tokens hold a multiple of this many sentences; a ConfigError
   when data.batch_tokens cannot hold that many of the longest bucket.
+  `lengths` (the training examples') place data.bucketing='fitted'
+  boundaries; without them (config checks) the buckets are even, which has
+  the same longest bucket.
   """
-  boundaries = bucket_boundaries(
-      config.data.max_length + 1, config.data.num_buckets
-  )
+  longest, count = config.data.max_length + 1, config.data.num_buckets
+  if config.data.bucketing == 'fitted' and lengths is not None:
+    boundaries = fitted_boundaries(lengths, longest, count)
+  else:
+    boundaries = bucket_boundaries(longest, count)
   sizes = batch_sizes(
       boundaries,
       config.train.batch_size,
@@ -192,7 +234,9 @@ def training_batch_sizes(config, devices: int = 1):
 
 def training_batches(task: dataset.Task, config, devices: int = 1):
   """The TrainBatches of `task` as config.data and config.train say."""
-  boundaries, sizes = training_batch_sizes(config, devices)
+  boundaries, sizes = training_batch_sizes(
+      config, devices, example_lengths(task.train)
+  )
   return TrainBatches(task.train, sizes, boundaries, config.seed)
 
 

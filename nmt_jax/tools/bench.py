@@ -1,6 +1,6 @@
 """Speed and memory benchmarks of training and decoding, for `nmt_jax.bench`.
 
-memory: XLA's memory plan of one training step (no data, nothing run).
+train_memory: XLA's memory plan of one training step (no data, nothing run).
 train:  steady-state target tokens/s (real, non-PAD tokens), compile time,
         peak RSS, and the step's dense GFLOP/s next to XLA's rate on a plain
         [128, 768] x [768, 1024] matmul at the same thread count.
@@ -169,6 +169,8 @@ def bench_train(
   return {
       'tokens_per_sec': median[1] / median[0],
       'padded_tokens_per_sec': median[2] / median[0],
+      'padding_fraction': 1 - median[1] / median[2],
+      'bucket_lengths': list(batches.boundaries),
       'step_ms': 1000 * median[0] / num_steps,
       'compile_s': compile_s,
       'compile_buckets': len(batches.boundaries),

@@ -126,6 +126,7 @@ def bench_data(
     iterate_s = time.perf_counter() - start
     sentences = sum(len(b['source']) for b in made)
     tokens = sum(int(np.sum(b['target_out'] != 0)) for b in made)
+    padded = sum(b['target_out'].size for b in made)
     result = {
         'corpus': 'synthetic' if synthetic else config.data.name,
         'train_pairs': len(task.train),
@@ -138,6 +139,9 @@ def bench_data(
         'pipeline_tokens_per_sec': tokens / iterate_s,
         'pipeline_ms_per_batch': 1000 * iterate_s / steps,
         'sentences_per_batch': sentences / steps,
+        'bucket_lengths': list(batches.boundaries),
+        # Target positions of the batches that are padding.
+        'padding_fraction': 1 - tokens / padded,
         'peak_rss_mb': bench.peak_rss_mb(),
     }
     if train_steps:
