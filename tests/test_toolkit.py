@@ -90,6 +90,11 @@ def test_nbest_lists_start_with_the_best_and_fall():
     assert task.target_vocab.decode(nbest[0].ids) == text
     scores = [h.score for h in nbest]
     assert scores == sorted(scores, reverse=True)
+  aligned = evaluator.decode(params, task.eval, beam_size=3, alignments=True)
+  assert aligned.texts == decoded.texts
+  for nbest in aligned.nbest:  # every hypothesis has its own alignment
+    for hypothesis in nbest:
+      assert hypothesis.alignment.shape == hypothesis.ids.shape
   greedy = evaluator.decode(params, task.eval, beam_size=1)
   assert all(len(n) == 1 for n in greedy.nbest)
   assert outputs.nbest_line(3, 'a b', -1.5, None) == '3 ||| a b ||| -1.500000'
