@@ -241,9 +241,9 @@ def beam_search(
   step_fn = _stepper(scorer, params, cache, with_diagnostics, alignments)
 
   live_history = fin_history = None
-  shapes = jax.eval_shape(step_fn, decoder, jnp.zeros((batch * k,), jnp.int32))[
-      2
-  ]
+  _, _, shapes, _ = jax.eval_shape(
+      step_fn, decoder, jnp.zeros((batch * k,), jnp.int32)
+  )
   if shapes is not None:
     live_history = jax.tree_util.tree_map(
         lambda h: h.reshape((batch, k) + h.shape[1:]), _history(shapes, steps)

@@ -309,9 +309,11 @@ def restore_scorer(config, paths: Sequence[str]):
   wanted = {
       k: v for k, v in identity_fields(config).items() if k.startswith('data.')
   }
+  configs = []
   for path in paths:
     _check_has_checkpoints(path)
-    stored = identity_fields(load_config(path))
+    configs.append(load_config(path))
+    stored = identity_fields(configs[-1])
     changes = [
         f'{k}: {stored.get(k)!r} there, {v!r} here'
         for k, v in sorted(wanted.items())
@@ -326,8 +328,8 @@ def restore_scorer(config, paths: Sequence[str]):
   task = data.load_task(config.data, config.seed, paths[0])
   mesh = parallel.make_mesh(config.parallel.mesh_shape)
   members, params, steps_ = [], [], []
-  for path in paths:
-    model = steps.create_model(load_config(path), task)
+  for path, member_config in zip(paths, configs):
+    model = steps.create_model(member_config, task)
     member_params, step = best_params(
         path, _abstract_params(model), mesh, f'member {path}', task=task
     )
