@@ -12,9 +12,15 @@
 What each measures: nmt_jax/tools/bench.py (train, decode, train_memory) and
 nmt_jax/tools/bench_data.py (data). --compare runs a second config in the same
 process, alternating repetitions, and adds `speedup` = other's time / this
-config's time for each figure.
+config's time for each figure. --peer='runs/*/bench.json' reads the OpenNMT-py
+benchmark scripts' JSON (nmt_jax/tools/peer.py) into `peer` and adds
+`vs_peer` = this rate / the peer's (wall and per CPU second).
+
+Every result names the platform, the device kind and count, the compute
+dtype and the thread count, so CPU, GPU and TPU runs share one format.
 """
 
+import glob
 import json
 import logging as std_logging
 import os
@@ -31,6 +37,7 @@ from nmt_jax import errors
 from nmt_jax import writers
 from nmt_jax.tools import bench
 from nmt_jax.tools import bench_data
+from nmt_jax.tools import peer
 
 _CONFIG = config_flags.DEFINE_config_file(
     'config', None, 'Config to benchmark.', lock_config=True
@@ -74,6 +81,12 @@ _DATA_WORKDIR = flags.DEFINE_string(
     "data: workdir holding the corpus's vocabularies "
     '(real corpora; default: a temporary one).',
 )
+_PEER = flags.DEFINE_list(
+    'peer',
+    None,
+    'train, decode: OpenNMT-py benchmark JSON files (paths or globs) to '
+    'compare with.',
+)
 _TRAIN_STEPS = flags.DEFINE_integer(
     'train_steps', 10, 'data: timed training steps (0: skip).'
 )
@@ -89,6 +102,7 @@ def describe(config) -> Dict[str, Any]:
       'hidden_size': m.hidden_size,
       'embed_size': m.embed_size,
       'layers': [m.num_encoder_layers, m.num_decoder_layers],
+      'dtype': m.dtype,
       'max_length': config.data.max_length,
       'batch_size': config.train.batch_size,
       'beam_size': config.decode.beam_size,
@@ -114,12 +128,15 @@ def print_table(result: Dict[str, Any]):
 
 
 def run(command: str) -> Dict[str, Any]:
+  peer_paths = find_peer_files(_PEER.value) if _PEER.value else None
   config = _CONFIG.value
   compare = _COMPARE.value if _COMPARE.present else None
   result = {
       'benchmark': command,
       'threads': _THREADS.value or len(os.sched_getaffinity(0)),
+      'platform': jax.default_backend(),
       'device': str(jax.devices()[0].device_kind),
+      'device_count': jax.device_count(),
       'jax': jax.__version__,
       'config': describe(config),
   }
@@ -160,7 +177,34 @@ def run(command: str) -> Dict[str, Any]:
     )
     if compare is not None:
       result['compare_config'] = describe(compare)
+  if peer_paths and command in ('train', 'decode'):
+    add_peer(result, command, peer_paths)
   return result
+
+
+def find_peer_files(patterns):
+  """The files --peer names (paths or globs); one-line error if none."""
+  paths = sorted({p for pattern in patterns for p in glob.glob(pattern)})
+  if not paths:
+    raise errors.ConfigError(
+        f'--peer={",".join(patterns)} matches no file; give the bench.json '
+        'files the OpenNMT-py benchmark scripts wrote'
+    )
+  return paths
+
+
+def add_peer(result: Dict[str, Any], command: str, paths):
+  """Adds the peer's figures and this run's ratios to them."""
+  if command == 'train':
+    result['peer'] = peer.train_figures(paths)
+    result['vs_peer'] = peer.ratios(result['this'], result['peer'])
+    return
+  result['peer'] = peer.decode_figures(paths)
+  result['vs_peer'] = {
+      label: peer.ratios(result['this'][label], figures)
+      for label, figures in result['peer'].items()
+      if label in result['this']
+  }
 
 
 def main(argv):

@@ -107,12 +107,15 @@ def _recorded(diagnostics, with_diagnostics: bool, alignments: bool):
   return kept or None
 
 
-def _stepper(scorer, params, cache, with_diagnostics, alignments):
-  """fn(state, tokens) -> (state, log_probs, kept diagnostics, diagnostics)."""
+def _stepper(scorer, prepared, cache, with_diagnostics, alignments):
+  """fn(state, tokens) -> (state, log_probs, kept diagnostics, diagnostics).
+
+  `prepared`: scorer.prepare's params, made once outside the loop.
+  """
 
   def step_fn(state, tokens):
     state, log_probs, diagnostics = scorer.step(
-        params, state, cache, tokens, with_diagnostics or alignments
+        prepared, state, cache, tokens, with_diagnostics or alignments
     )
     kept = _recorded(diagnostics, with_diagnostics, alignments)
     return state, log_probs, kept, diagnostics
@@ -136,7 +139,8 @@ def greedy_search(
     ratio: float,
     offset: int,
     with_diagnostics: bool = False,
-    alignments: bool = False
+    alignments: bool = False,
+    gate_table: str = 'auto'
 ) -> DecodeOutput:
   """Argmax decoding of source [B, S] -> DecodeOutput."""
   batch = source.shape[0]
@@ -144,7 +148,8 @@ def greedy_search(
   limits = length_limits(source, ratio, offset)
   scorer = scorers.as_scorer(model)
   cache, state = scorer.encode(params, source)
-  step_fn = _stepper(scorer, params, cache, with_diagnostics, alignments)
+  prepared = scorer.prepare(params, batch * steps, gate_table)
+  step_fn = _stepper(scorer, prepared, cache, with_diagnostics, alignments)
   kept = jax.eval_shape(step_fn, state, jnp.zeros((batch,), jnp.int32))[2]
   history = None if kept is None else _history(kept, steps)
 
@@ -216,7 +221,8 @@ def beam_search(
     ratio: float,
     offset: int,
     with_diagnostics: bool = False,
-    alignments: bool = False
+    alignments: bool = False,
+    gate_table: str = 'auto'
 ) -> DecodeOutput:
   """Batched beam search of source [B, S] -> DecodeOutput with the n-best lists.
 
@@ -238,7 +244,8 @@ def beam_search(
   cache, decoder = jax.tree_util.tree_map(repeat, (cache, decoder))
   flat_limits = repeat(limits)
   batch_offset = (jnp.arange(batch) * k)[:, None]  # [B, 1]
-  step_fn = _stepper(scorer, params, cache, with_diagnostics, alignments)
+  prepared = scorer.prepare(params, batch * k * steps, gate_table)
+  step_fn = _stepper(scorer, prepared, cache, with_diagnostics, alignments)
 
   live_history = fin_history = None
   _, _, shapes, _ = jax.eval_shape(
@@ -412,6 +419,7 @@ def make_decode_fn(
       offset=decode_config.max_length_offset,
       with_diagnostics=with_diagnostics,
       alignments=alignments,
+      gate_table=decode_config.gate_table,
   )
   if beam_size == 1:
     fn = functools.partial(greedy_search, model, **common)

@@ -108,6 +108,9 @@ def get_config(arg=None):
   config.model.bidirectional = 'bottom'
   # Dropout on every LSTM layer's input and on the attentional state.
   config.model.dropout = 0.2
+  # Compute dtype: 'float32' or 'bfloat16' (mixed precision: parameters and
+  # optimizer state stay float32, the softmaxes and the loss run in float32).
+  config.model.dtype = 'float32'
   # Luong input feeding: htilde_{t-1} is concatenated to the decoder input.
   config.model.input_feeding = True
   # Attention query: 'current' (Luong, h_t) or 'previous' (Bahdanau, h_{t-1};
@@ -231,6 +234,11 @@ def get_config(arg=None):
   # --mode=eval traces its (steady-state) decoding pass into
   # <output>/profile_decode (jax.profiler, as train.profile_steps).
   config.decode.profile = False
+  # Layer 0's embedding-to-gates projection of every target word, computed
+  # once per decoding call so each step looks rows up instead of running a
+  # GEMM: 'on', 'off' or 'auto' (when the vocabulary has fewer words than the
+  # loop's rows x steps). Same results either way (float rounding aside).
+  config.decode.gate_table = 'auto'
 
   # ---------------------------------------------------------------- parallelism
   config.parallel = ml_collections.ConfigDict()

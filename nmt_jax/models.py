@@ -275,12 +275,14 @@ class Decoder(nn.Module):
     return jnp.tanh(self.combine(jnp.concatenate([context, h], axis=-1)))
 
   def logits(self, htilde):
-    """htilde [..., H] -> logits [..., V]."""
+    """htilde [..., H] -> float32 logits [..., V] (softmax and loss in float32)."""
     if self.config.output_hidden_size:
       htilde = jnp.tanh(self.output_hidden(htilde))
     if self.config.tie_embeddings:
-      return self.embed.attend(htilde) + self.output_bias
-    return self.output(htilde)
+      logits = self.embed.attend(htilde) + self.output_bias
+    else:
+      logits = self.output(htilde)
+    return logits.astype(jnp.float32)
 
   def __call__(self, cache, state, target_in, train=False, with_weights=False):
     """Teacher forcing: target_in [B, T] -> logits [B, T, V], diagnostics.
@@ -319,21 +321,49 @@ class Decoder(nn.Module):
         batch_major, diagnostics
     )
 
-  def decode_step(self, state, cache, tokens, with_weights=False):
-    """tokens [B] int -> state, logits [B, V], diagnostics."""
+  def gate_table(self):
+    """Layer 0's embedding-to-gates projection of every target word [V, 4H]."""
+    return self.input_proj(self.embed.embedding)
+
+  def decode_step(
+      self, state, cache, tokens, with_weights=False, gate_table=None
+  ):
+    """tokens [B] int -> state, logits [B, V], diagnostics.
+
+    With `gate_table` (from `gate_table()`), layer 0's input gates are
+    looked up instead of computed: one gather per step instead of a GEMM.
+    """
     emb = self.embed(tokens)
+    if gate_table is None:
+      x_gates = self.input_proj(emb)
+    else:
+      x_gates = jnp.take(gate_table, tokens, axis=0)
     state, htilde, diagnostics = self.step(
-        state, cache, emb, self.input_proj(emb), with_weights=with_weights
+        state, cache, emb, x_gates, with_weights=with_weights
     )
     return state, self.logits(htilde), diagnostics
 
 
 class Seq2Seq(nn.Module):
-  """The encoder-decoder; `source`/`target` are padded with PAD = 0."""
+  """The encoder-decoder; `source`/`target` are padded with PAD = 0.
+
+  It computes in `model.dtype`: `apply` casts the float parameters to it on
+  the way in, so activations follow (the embeddings are the first), while the
+  stored parameters, their gradients and the optimizer state stay float32.
+  The softmaxes and the loss are computed in float32.
+  """
 
   config: Any  # model (model.attention.max_source_length resolved)
   source_vocab_size: int
   target_vocab_size: int
+
+  def apply(self, variables, *args, **kwargs):
+    dtype = jnp.dtype(self.config.dtype)
+    if dtype != jnp.float32:
+      cast = lambda x: x.astype(dtype) if x.dtype == jnp.float32 else x
+      params = jax.tree_util.tree_map(cast, variables['params'])
+      variables = dict(variables, params=params)
+    return super().apply(variables, *args, **kwargs)
 
   def setup(self):
     self.encoder = Encoder(self.config, self.source_vocab_size)
@@ -362,5 +392,13 @@ class Seq2Seq(nn.Module):
     """htilde [..., H] -> logits [..., V] (the softmax layer)."""
     return self.decoder.logits(htilde)
 
-  def decode_step(self, state, cache, tokens, with_weights=False):
-    return self.decoder.decode_step(state, cache, tokens, with_weights)
+  def gate_table(self):
+    """[V, 4H]: see Decoder.gate_table."""
+    return self.decoder.gate_table()
+
+  def decode_step(
+      self, state, cache, tokens, with_weights=False, gate_table=None
+  ):
+    return self.decoder.decode_step(
+        state, cache, tokens, with_weights, gate_table
+    )

@@ -3,9 +3,15 @@
 A scorer turns parameters and token ids into target log-probabilities:
 
   encode(params, source [B, S]) -> (cache, decoder state)
-  step(params, state, cache, tokens [N], with_weights)
+  prepare(params, lookups, gate_table) -> what `step` takes as params
+  step(prepared, state, cache, tokens [N], with_weights)
       -> (state, log_probs [N, V], diagnostics)
   log_probs(params, source [B, S], target_in [B, T]) -> [B, T, V]
+
+`prepare` runs once per decoding call, outside its loop: with `gate_table`
+'on' (or 'auto' when the vocabulary has fewer words than the loop will look
+up, `lookups` = rows x steps) it computes the decoder's embedding-to-gates
+table [V, 4H], so each step gathers rows instead of running a GEMM.
 
 `Single` wraps one models.Seq2Seq (params: its parameter tree). `Ensemble`
 wraps several, possibly of different attention kinds (params: a tuple of their
@@ -26,6 +32,7 @@ from nmt_jax import models
 from nmt_jax.vocab import PAD
 
 AVERAGES = ('log_probs', 'probs')
+GATE_TABLE = ('auto', 'on', 'off')
 
 
 class Single:
@@ -40,13 +47,25 @@ class Single:
         {'params': params}, source, method=models.Seq2Seq.encode
     )
 
-  def step(self, params, state, cache, tokens, with_weights=False):
+  def prepare(self, params, lookups: int, gate_table: str = 'auto'):
+    """(params, the [V, 4H] gate table or None)."""
+    vocab = self.model.target_vocab_size
+    if gate_table == 'on' or (gate_table == 'auto' and vocab < lookups):
+      table = self.model.apply(
+          {'params': params}, method=models.Seq2Seq.gate_table
+      )
+      return params, table
+    return params, None
+
+  def step(self, prepared, state, cache, tokens, with_weights=False):
+    params, table = prepared
     state, logits, diagnostics = self.model.apply(
         {'params': params},
         state,
         cache,
         tokens,
         with_weights,
+        table,
         method=models.Seq2Seq.decode_step,
     )
     return state, jax.nn.log_softmax(logits), diagnostics
@@ -83,10 +102,15 @@ class Ensemble:
     encoded = [s.encode(p, source) for s, p in zip(self.singles, params)]
     return tuple(c for c, _ in encoded), tuple(s for _, s in encoded)
 
-  def step(self, params, state, cache, tokens, with_weights=False):
+  def prepare(self, params, lookups: int, gate_table: str = 'auto'):
+    return tuple(
+        s.prepare(p, lookups, gate_table) for s, p in zip(self.singles, params)
+    )
+
+  def step(self, prepared, state, cache, tokens, with_weights=False):
     outs = [
         single.step(p, st, c, tokens, with_weights)
-        for single, p, st, c in zip(self.singles, params, state, cache)
+        for single, p, st, c in zip(self.singles, prepared, state, cache)
     ]
     diagnostics = dict(outs[self.lead][2])
     diagnostics['window'] = sum(d['window'] for _, _, d in outs)

@@ -48,6 +48,16 @@ def compile_by_shape(
 
 def timed(run: Callable[[], Any]) -> Tuple[Any, float]:
   """(run()'s result, once ready on the host or device, wall seconds)."""
-  start = time.perf_counter()
+  result, seconds, _ = timed_with_cpu(run)
+  return result, seconds
+
+
+def timed_with_cpu(run: Callable[[], Any]) -> Tuple[Any, float, float]:
+  """(run()'s result, wall seconds, CPU seconds of this process).
+
+  The CPU seconds add up every thread (XLA's pool included): on a shared
+  machine they move less than wall time when other work takes the cores.
+  """
+  start, cpu_start = time.perf_counter(), time.process_time()
   result = jax.block_until_ready(run())
-  return result, time.perf_counter() - start
+  return result, time.perf_counter() - start, time.process_time() - cpu_start

@@ -68,6 +68,8 @@ CHOICES = {
     'model.readout': ('luong', 'bahdanau_maxout'),
     'model.bridge': ('dense', 'copy', 'zero'),
     'model.bidirectional': ('bottom', 'all', 'none'),
+    'model.dtype': ('float32', 'bfloat16'),
+    'decode.gate_table': ('auto', 'on', 'off'),
     'train.schedule': ('constant', 'halve', 'warmup_rsqrt'),
     'train.beta_normalization': ('sentence', 'token'),
     'train.optimizer': ('adam', 'sgd'),

@@ -10,6 +10,7 @@ from nmt_jax import default_config
 from nmt_jax import validation
 from nmt_jax.tools import bench as bench_lib
 from nmt_jax.tools import bench_data
+from nmt_jax.tools import performance
 from tests import conftest
 
 pytestmark = pytest.mark.slow
@@ -19,8 +20,38 @@ def bench(*args):
   return conftest.run_module('nmt_jax.bench', *args)
 
 
+def write_peer_train(path, tok_per_s, cpu_util, threads=1):
+  """A training run's JSON as OpenNMT-py's train_bench.py writes it."""
+  summary = {
+      'threads': threads,
+      'tgt_tok_per_s': tok_per_s,
+      'cpu_util_window': cpu_util,
+      'padding_fraction': 0.001,
+      'peak_rss_mib': 1700.0,
+      'window_steps': 80,
+  }
+  path.write_text(json.dumps({'summary': summary, 'records': []}))
+
+
+def write_peer_decode(path, beam, seconds, cpu_seconds, sentences=8):
+  """A decoding run's JSON as OpenNMT-py's translate_bench.py writes it."""
+  timing = {
+      'translate_s': seconds,
+      'translate_cpu_s': cpu_seconds,
+      'n_sent': sentences,
+      'hyp_tokens': 10 * sentences,
+      'peak_rss_mib': 400.0,
+      'threads': 1,
+  }
+  args = ['-model', 'm.pt', '-beam_size', str(beam), '-batch_size', '64']
+  path.write_text(json.dumps({'timing': timing, 'args': args}))
+
+
 def test_bench_train_json(tmp_path):
   path = tmp_path / 'train.json'
+  # Two peer runs: their median is compared.
+  write_peer_train(tmp_path / 'peer_r1.json', 1000.0, 1.0)
+  write_peer_train(tmp_path / 'peer_r2.json', 3000.0, 0.5)
   out = bench(
       'train',
       '--config=configs/global_general.py:tiny',
@@ -28,21 +59,47 @@ def test_bench_train_json(tmp_path):
       '--repeats=1',
       '--threads=1',
       f'--json={path}',
+      f'--peer={tmp_path}/peer_r*.json',
   )
   result = json.loads(path.read_text())
   assert result['threads'] == 1
+  assert result['platform'] == 'cpu' and result['device_count'] >= 1
+  assert result['config']['dtype'] == 'float32'
   for key in (
       'tokens_per_sec',
+      'tokens_per_cpu_sec',
       'compile_s',
       'peak_rss_mb',
       'fraction_of_matmul_rate',
   ):
     assert result['this'][key] > 0, key
+  assert result['this']['peak_device_memory_mb'] is None  # CPU: see RSS
+  assert result['peer']['tokens_per_sec'] == 2000.0
+  assert result['peer']['tokens_per_cpu_sec'] == 3500.0  # (1000 + 6000) / 2
+  this = result['this']
+  assert result['vs_peer'] == pytest.approx({
+      'tokens_per_sec': this['tokens_per_sec'] / 2000.0,
+      'tokens_per_cpu_sec': this['tokens_per_cpu_sec'] / 3500.0,
+  })
   assert 'tokens_per_sec' in out.stdout
+
+
+def test_bench_peer_that_matches_nothing_is_one_line(tmp_path):
+  out = conftest.run_module(
+      'nmt_jax.bench',
+      'train',
+      '--config=configs/global_general.py:tiny',
+      f'--peer={tmp_path}/none*.json',
+      check=False,
+  )
+  assert out.returncode == 2
+  assert out.stderr.strip().splitlines()[-1].startswith('error: --peer=')
 
 
 def test_bench_decode_json_with_compare(tmp_path):
   path = tmp_path / 'decode.json'
+  write_peer_decode(tmp_path / 'peer_b1.json', 1, seconds=2.0, cpu_seconds=4.0)
+  write_peer_decode(tmp_path / 'peer_b2.json', 2, seconds=4.0, cpu_seconds=8.0)
   bench(
       'decode',
       '--config=configs/memory_k64.py:tiny',
@@ -50,12 +107,20 @@ def test_bench_decode_json_with_compare(tmp_path):
       '--repeats=1',
       '--num_sentences=8',
       f'--json={path}',
+      f'--peer={tmp_path}/peer_b1.json,{tmp_path}/peer_b2.json',
   )
   result = json.loads(path.read_text())
+  assert result['vs_peer']['greedy']['sentences_per_sec'] == pytest.approx(
+      result['this']['greedy']['sentences_per_sec'] / 4.0
+  )
+  assert result['vs_peer']['beam2']['sentences_per_cpu_sec'] == pytest.approx(
+      result['this']['beam2']['sentences_per_cpu_sec'] / 1.0
+  )
   for name in ('this', 'other'):
     for mode in ('greedy', 'beam2', 'forced'):
       figures = result[name][mode]
       assert figures['ms_per_sentence'] > 0 and figures['sentences_per_sec'] > 0
+      assert figures['sentences_per_cpu_sec'] > 0
       assert figures['avg_window'] > 0 and figures['compile_s'] > 0
   # K memory slots (memory_k64)
   assert result['this']['greedy']['avg_window'] == 64
@@ -135,3 +200,27 @@ def test_a_chunked_loss_shrinks_the_memory_plan_of_a_step():
   assert whole['parameters'] == chunked['parameters']
   # At least one [B, T, V] array less (the logits and softmax of the whole).
   assert chunked['temp_mb'] < whole['temp_mb'] - whole['logits_mb']
+
+
+def test_the_performance_page_pairs_runs_and_reports_the_median_ratio(
+    tmp_path,
+):
+  for r, (ours, theirs) in enumerate([(1500.0, 1000.0), (2400.0, 1200.0)], 1):
+    result = {
+        'jax': '0.0',
+        'this': {
+            'tokens_per_sec': ours,
+            'tokens_per_cpu_sec': ours,
+            'padding_fraction': 0.18,
+            'compile_s': 30.0,
+        },
+    }
+    (tmp_path / f'train_L50_t1_r{r}.json').write_text(json.dumps(result))
+    write_peer_train(tmp_path / f'peer_train_L50_t1_r{r}.json', theirs, 1.0)
+  text = performance.page(str(tmp_path))
+  row = next(
+      line for line in text.splitlines() if line.startswith('| training')
+  )
+  # Pairs: 1.5 and 2.0 -> median 1.75, range 1.50 - 2.00.
+  assert '**1.75 [1.50 - 2.00]**' in row
+  assert 'not measured' in text  # the levers and decoding were not run

@@ -9,6 +9,7 @@ import pytest
 
 from nmt_jax import decode
 from nmt_jax import evaluation
+from nmt_jax import models
 from nmt_jax.data import dataset
 from nmt_jax.vocab import BOS
 from nmt_jax.vocab import EOS
@@ -37,6 +38,7 @@ def _greedy(model, params, source, **kw):
           model,
           ratio=kw.get('ratio', 1.5),
           offset=kw.get('offset', 2),
+          gate_table=kw.get('gate_table', 'auto'),
       )
   )(params, source)
 
@@ -50,6 +52,7 @@ def _beam(model, params, source, k, alpha, **kw):
           alpha=alpha,
           ratio=kw.get('ratio', 1.5),
           offset=kw.get('offset', 2),
+          gate_table=kw.get('gate_table', 'auto'),
       )
   )(params, source)
 
@@ -100,6 +103,28 @@ def test_beam_one_equals_greedy(query):
   for g, b in zip(greedy.tokens, beam.tokens):
     assert _strip(g) == _strip(b)
   np.testing.assert_allclose(greedy.scores, beam.scores, rtol=1e-5)
+
+
+@pytest.mark.parametrize('k', [1, 3])
+def test_the_gate_table_decodes_as_the_input_projection(k):
+  _, model, params = _setup()
+  source = _sources(batch=5, length=7)
+  if k == 1:
+    run = lambda table: _greedy(model, params, source, gate_table=table)
+  else:
+    run = lambda table: _beam(model, params, source, k, 0.6, gate_table=table)
+  on, off, auto = run('on'), run('off'), run('auto')
+  np.testing.assert_array_equal(on.tokens, off.tokens)
+  np.testing.assert_allclose(on.scores, off.scores, rtol=1e-5, atol=1e-6)
+  # 10 words < rows x steps: 'auto' takes the table.
+  np.testing.assert_array_equal(auto.scores, on.scores)
+  # The table is the projection of each embedding row.
+  table = model.apply({'params': params}, method=models.Seq2Seq.gate_table)
+  decoder = params['decoder']
+  expected = np.asarray(decoder['embed']['embedding'], np.float64) @ np.asarray(
+      decoder['input_proj']['kernel'], np.float64
+  ) + np.asarray(decoder['input_proj']['bias'])
+  np.testing.assert_allclose(table, expected, rtol=1e-5, atol=1e-5)
 
 
 @pytest.mark.parametrize('k', [1, 3])

@@ -80,9 +80,19 @@ def source_weights(diagnostics) -> jax.Array:
   return diagnostics.get('source_weights', diagnostics.get('weights'))
 
 
-def masked_softmax(scores, mask, axis=-1):
-  """Softmax over `mask`ed entries; masked entries and all-masked rows get 0."""
-  return jax.nn.softmax(scores, axis=axis, where=mask)
+def masked_softmax(scores, mask, axis=-1, dtype=None):
+  """Softmax over `mask`ed entries; masked entries and all-masked rows get 0.
+
+  Computed in float32 whatever the scores' dtype (bfloat16 rounds the
+  exponentials' sum), returned as `dtype` (default: the scores' dtype).
+  """
+  weights = jax.nn.softmax(scores.astype(jnp.float32), axis=axis, where=mask)
+  return weights.astype(dtype or scores.dtype)
+
+
+def softmax(scores, axis=-1):
+  """Softmax computed in float32, returned in the scores' dtype."""
+  return masked_softmax(scores, None, axis)
 
 
 def source_cache(memory, lengths) -> Cache:

@@ -154,7 +154,7 @@ class ContentAttention(base.Attention):
     scores = self.scorer(query, cache['keys'], positions)
     if logit_offset is not None:
       scores = scores + logit_offset
-    return base.masked_softmax(scores, mask)
+    return base.masked_softmax(scores, mask, dtype=cache['memory'].dtype)
 
   def attend_window(self, query, cache, positions, valid, logit_offset=None):
     """Masked softmax over gathered positions [B, W] -> weights [B, W].
@@ -165,7 +165,7 @@ class ContentAttention(base.Attention):
     scores = self.scorer(query, keys, positions)
     if logit_offset is not None:
       scores = scores + logit_offset
-    return base.masked_softmax(scores, valid)
+    return base.masked_softmax(scores, valid, dtype=cache['memory'].dtype)
 
   @classmethod
   def content_cost(cls, model_config, source_length, width) -> base.Cost:

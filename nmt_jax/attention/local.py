@@ -102,7 +102,8 @@ class LocalPredictive(LocalAttention):
   def reweight(self, weights, positions, center):
     sigma = self.config.window / 2
     distance = positions - center[:, None]
-    return weights * jnp.exp(-(distance**2) / (2 * sigma**2))
+    gaussian = jnp.exp(-(distance**2) / (2 * sigma**2))
+    return (weights * gaussian).astype(weights.dtype)
 
   @classmethod
   def validate(cls, config):

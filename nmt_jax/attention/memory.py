@@ -97,11 +97,12 @@ class MemoryAttention(base.Attention):
           cfg.position_encoding,
       )
     if cfg.encoder_scoring == 'softmax_slots':
-      alpha = jnp.where(mask, jax.nn.softmax(logits, axis=-1), 0.0)
+      alpha = jnp.where(mask, base.softmax(logits), 0.0)
     elif cfg.encoder_scoring == 'softmax_time':
       alpha = base.masked_softmax(logits, mask, axis=1)
     else:
       alpha = jnp.where(mask, jax.nn.sigmoid(logits), 0.0)
+    alpha = alpha.astype(memory.dtype)  # position encodings are float32
     slots = jnp.einsum('bsk,bsd->bkd', alpha, memory)  # [B, K, D]
     return {'slots': slots, 'alpha': alpha, 'lengths': lengths}
 
@@ -111,7 +112,7 @@ class MemoryAttention(base.Attention):
     del step, train
     logits = self.decoder_scores(query)  # [B, K]
     if self.config.decoder_scoring == 'softmax':
-      beta = jax.nn.softmax(logits, axis=-1)
+      beta = base.softmax(logits)
     else:
       beta = jax.nn.sigmoid(logits)
     context = jnp.einsum('bk,bkd->bd', beta, cache['slots'])  # [B, D]

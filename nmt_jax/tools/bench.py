@@ -66,6 +66,16 @@ def peak_rss_mb() -> float:
   return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
 
 
+def peak_device_memory_mb() -> Optional[float]:
+  """The first device's peak allocation (GPU/TPU); None where not reported.
+
+  XLA:CPU reports no device memory: its arrays are in peak_rss_mb.
+  """
+  stats = jax.devices()[0].memory_stats() or {}
+  peak = stats.get('peak_bytes_in_use')
+  return None if peak is None else peak / 2**20
+
+
 def matmul_gflops() -> float:
   """XLA's fp32 rate on the decoder gate matmul [128, 768] x [768, 1024]."""
   a = jax.random.normal(jax.random.key(0), (128, 768))
@@ -145,7 +155,7 @@ def bench_train(
         state, metrics = compiled_step(state, batch)
       return metrics
 
-    _, seconds = timing.timed(steps_pass)
+    _, seconds, cpu_seconds = timing.timed_with_cpu(steps_pass)
     real = sum(int(np.sum(b['target_out'] != 0)) for b in host)
     padded = sum(b['target_out'].size for b in host)
     flops = 3 * sum(
@@ -158,7 +168,7 @@ def bench_train(
         )
         for b in host
     )
-    return seconds, real, padded, flops
+    return seconds, real, padded, flops, cpu_seconds
 
   run(0)  # warm-up: the first execution of each shape
   results = [run((r + 1) * num_steps) for r in range(repeats)]
@@ -168,6 +178,9 @@ def bench_train(
   gflops = median[3] / median[0] / 1e9
   return {
       'tokens_per_sec': median[1] / median[0],
+      # Per second of this process's CPU time (all its threads).
+      'tokens_per_cpu_sec': median[1] / median[4],
+      'cpu_utilization': median[4] / median[0],
       'padded_tokens_per_sec': median[2] / median[0],
       'padding_fraction': 1 - median[1] / median[2],
       'bucket_lengths': list(batches.boundaries),
@@ -175,6 +188,7 @@ def bench_train(
       'compile_s': compile_s,
       'compile_buckets': len(batches.boundaries),
       'peak_rss_mb': peak_rss_mb(),
+      'peak_device_memory_mb': peak_device_memory_mb(),
       'dense_gflops_per_sec': gflops,
       'matmul_gflops_per_sec': rate,
       'fraction_of_matmul_rate': gflops / rate,
@@ -277,11 +291,10 @@ class DecodeBench:
     _, info = self.evaluator.translate(
         self.params, self.task.eval, self.beam_size(mode), self.limit
     )
-    count = min(self.limit or len(self.task.eval), len(self.task.eval))
-    seconds = info['decode_ms_per_sentence'] * count / 1000
     return {
         'ms_per_sentence': info['decode_ms_per_sentence'],
-        'sentences_per_sec': count / seconds,
+        'sentences_per_sec': 1000 / info['decode_ms_per_sentence'],
+        'sentences_per_cpu_sec': 1000 / info['decode_cpu_ms_per_sentence'],
         'avg_window': info['avg_window'],
         'avg_window_fraction': info['avg_window_fraction'],
         'avg_computed': info['avg_computed'],
@@ -306,7 +319,7 @@ class DecodeBench:
       compiled, compile_s = timing.compile_by_shape(forced, calls, warm=False)
       self._forced = (compiled, calls, real, lengths, compile_s)
     compiled, calls, real, lengths, compile_s = self._forced
-    outs, seconds = timing.timed(
+    outs, seconds, cpu_seconds = timing.timed_with_cpu(
         lambda: jax.device_get([compiled(*args) for args in calls])
     )
     windows = decode.Windows(*(
@@ -317,6 +330,7 @@ class DecodeBench:
     return {
         'ms_per_sentence': 1000 * seconds / len(lengths),
         'sentences_per_sec': len(lengths) / seconds,
+        'sentences_per_cpu_sec': len(lengths) / cpu_seconds,
         'avg_window': window['avg_window'],
         'avg_computed': window['avg_computed'],
         'compile_s': compile_s,
@@ -357,4 +371,5 @@ def bench_decode(
         speedup = other['ms_per_sentence'] / this['ms_per_sentence']
         result['speedup'][label] = speedup
   result['peak_rss_mb'] = peak_rss_mb()
+  result['peak_device_memory_mb'] = peak_device_memory_mb()
   return result

@@ -1,0 +1,96 @@
+"""OpenNMT-py figures for `bench --peer`: its benchmark scripts' JSON files.
+
+The peer is timed by two wrappers around OpenNMT-py's own entry points
+(`train_bench.py`, `translate_bench.py`; docs/performance.md says how they
+run). Each writes one JSON file per run: training `{'summary': {...}}` with
+`tgt_tok_per_s` (non-PAD target tokens, `</s>` included, over a window of
+steps after warm-up), `cpu_util_window` (process CPU seconds per wall second
+in that window) and `padding_fraction`; decoding `{'timing': {...}, 'args':
+[...]}` with `translate_s`, `translate_cpu_s`, `n_sent` and the command line
+(`-beam_size`). Several runs of one setting are summarised by their median.
+"""
+
+import json
+import statistics
+from typing import Any, Dict, List, Sequence
+
+
+def _load(paths: Sequence[str]) -> List[Dict[str, Any]]:
+  runs = []
+  for path in paths:
+    with open(path) as f:
+      runs.append(json.load(f))
+  return runs
+
+
+def _median_run(values: List[float]) -> Dict[str, float]:
+  return {
+      'median': statistics.median(values),
+      'min': min(values),
+      'max': max(values),
+      'runs': len(values),
+  }
+
+
+def train_figures(paths: Sequence[str]) -> Dict[str, Any]:
+  """Median target tokens/s (wall and per CPU second) of training runs."""
+  summaries = [r['summary'] for r in _load(paths)]
+  complete = [s for s in summaries if s.get('tgt_tok_per_s')]
+  if not complete:
+    raise ValueError(f'no complete training window in {list(paths)}')
+  wall = [s['tgt_tok_per_s'] for s in complete]
+  cpu = [s['tgt_tok_per_s'] / s['cpu_util_window'] for s in complete]
+  return {
+      'tokens_per_sec': statistics.median(wall),
+      'tokens_per_cpu_sec': statistics.median(cpu),
+      'tokens_per_sec_runs': wall,
+      'tokens_per_cpu_sec_runs': cpu,
+      'padding_fraction': statistics.median(
+          s['padding_fraction'] for s in complete
+      ),
+      'peak_rss_mb': max(s['peak_rss_mib'] for s in complete),
+      'threads': complete[0]['threads'],
+  }
+
+
+def _beam_size(args: Sequence[str]) -> int:
+  return int(args[list(args).index('-beam_size') + 1])
+
+
+def decode_figures(paths: Sequence[str]) -> Dict[str, Dict[str, Any]]:
+  """Per beam size ('greedy', 'beam10', ...): median sentences/s (wall, CPU)."""
+  by_beam: Dict[str, List[Dict[str, Any]]] = {}
+  for run in _load(paths):
+    beam = _beam_size(run['args'])
+    label = 'greedy' if beam == 1 else f'beam{beam}'
+    by_beam.setdefault(label, []).append(run['timing'])
+  figures = {}
+  for label, timings in by_beam.items():
+    wall = [t['n_sent'] / t['translate_s'] for t in timings]
+    cpu = [t['n_sent'] / t['translate_cpu_s'] for t in timings]
+    figures[label] = {
+        'sentences_per_sec': statistics.median(wall),
+        'sentences_per_cpu_sec': statistics.median(cpu),
+        'sentences_per_sec_runs': wall,
+        'sentences_per_cpu_sec_runs': cpu,
+        'output_tokens_per_sentence': (
+            timings[0]['hyp_tokens'] / timings[0]['n_sent']
+        ),
+        'peak_rss_mb': max(t['peak_rss_mib'] for t in timings),
+        'threads': timings[0]['threads'],
+    }
+  return figures
+
+
+def ratios(this: Dict[str, Any], peer: Dict[str, Any]) -> Dict[str, float]:
+  """this / peer for each rate both report (above 1: nmt_jax is faster)."""
+  return {
+      key: this[key] / peer[key]
+      for key in (
+          'tokens_per_sec',
+          'tokens_per_cpu_sec',
+          'sentences_per_sec',
+          'sentences_per_cpu_sec',
+      )
+      if this.get(key) and peer.get(key)
+  }

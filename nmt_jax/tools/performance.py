@@ -1,0 +1,322 @@
+"""Writes docs/performance.md from the JSON files of launch/performance.sh.
+
+  python -m nmt_jax.tools.performance OUT [--output=docs/performance.md]
+
+OUT holds `bench` results (train_L50_t1_r1.json, decode_L50_t1_r1.json,
+lever_*.json, train_memory_chunk*.json) and the OpenNMT-py scripts' files
+(peer_train_L50_t1_r1.json, peer_decode_L50_b10_t1_r1.json). Ratios are
+taken per pair (repeat r of nmt_jax against repeat r of the peer, run one
+after the other on the same core), then summarised by their median and range.
+"""
+
+import datetime
+import glob
+import json
+import os
+import re
+import statistics
+from typing import Dict, List, Sequence
+
+from absl import app
+from absl import flags
+
+from nmt_jax.tools import peer
+
+_OUTPUT = flags.DEFINE_string(
+    'output', 'docs/performance.md', 'Where to write the page.'
+)
+
+HEADER = """# Performance
+
+How fast nmt_jax trains and decodes against OpenNMT-py 3.5.1 (PyTorch) on the
+same model and data, and what each speed lever is worth alone. Written by
+`python -m nmt_jax.tools.performance` from the runs of one command:
+
+```
+PEER_VENV=/tmp/peer_onmt PEER_SCRIPTS=DIR PEER_WORK=/tmp/onmt_work \\
+  bash launch/performance.sh /tmp/perf --output=docs/performance.md
+```
+
+The model is Britz et al.'s copy-task model: 2-layer bidirectional LSTM
+encoder (2 x 128 units), 2-layer LSTM decoder (256), general attention, input
+feeding, embeddings 256, batch 128 sentences, 20 symbols, lengths uniform in
+1..L (`configs/global_general.py:copyL --config.model.bidirectional=all
+--config.model.bridge=copy`: 2,316,312 parameters; OpenNMT-py's `brnn` with
+`global_attention general`: 2,320,408). OpenNMT-py runs unmodified, timed
+from outside by two wrappers around `onmt_train` and `onmt_translate`
+(`PEER_SCRIPTS`: `train_bench.py`, `translate_bench.py`; `PEER_WORK`: the copy
+data and configs they read, made by their `gen_copy_data.py` and
+`make_config.py`).
+
+How to read the figures: every run is pinned to one core (`taskset`) and the
+two toolkits alternate, so load from other processes on a shared machine
+reaches both alike. Rates are per second of the process's own CPU time (all
+its threads) next to wall-clock rates; a ratio above 1 means nmt_jax is
+faster. Ratios are per pair of consecutive runs, shown as the median
+[min - max] over pairs. Training counts non-padding target tokens (EOS
+included) in steady state; nmt_jax's compile time is reported apart.
+Decoding is the 1,000 validation sentences in batches of 64: OpenNMT-py with
+`-min_length 250` (EOS blocked, every hypothesis runs to the longest source
+of its batch + 5), nmt_jax with random weights whose EOS is held back until
+each sentence's reference length (a perfect copy model's length), in
+length-sorted batches.
+"""
+
+
+def _load(path: str):
+  with open(path) as f:
+    return json.load(f)
+
+
+def _runs(out: str, pattern: str) -> Dict[int, str]:
+  """{repeat: path} of the files matching pattern (with {r} for the repeat)."""
+  regex = re.compile(re.escape(pattern).replace(r'\{r\}', r'(\d+)') + '$')
+  found = {}
+  for path in glob.glob(os.path.join(out, pattern.replace('{r}', '*'))):
+    match = regex.search(os.path.basename(path))
+    if match:
+      found[int(match.group(1))] = path
+  return found
+
+
+def _summary(values: Sequence[float], digits: int = 2) -> str:
+  if not values:
+    return 'not measured'
+  median = statistics.median(values)
+  if len(values) == 1:
+    return f'{median:,.{digits}f}'
+  return (
+      f'{median:,.{digits}f} [{min(values):,.{digits}f} -'
+      f' {max(values):,.{digits}f}]'
+  )
+
+
+def _rate(values: Sequence[float]) -> str:
+  return _summary(values, 0)
+
+
+def _pairs(ours: Dict[int, float], theirs: Dict[int, float]) -> List[float]:
+  return [ours[r] / theirs[r] for r in sorted(ours) if r in theirs]
+
+
+def training_rows(out: str, threads: int) -> List[str]:
+  rows = []
+  for length in (50, 100, 200):
+    ours = {
+        r: _load(p)['this']
+        for r, p in _runs(
+            out, f'train_L{length}_t{threads}_r{{r}}.json'
+        ).items()
+    }
+    if not ours:
+      continue
+    theirs = {
+        r: peer.train_figures([p])
+        for r, p in _runs(
+            out, f'peer_train_L{length}_t{threads}_r{{r}}.json'
+        ).items()
+    }
+    ours_cpu = {r: x['tokens_per_cpu_sec'] for r, x in ours.items()}
+    theirs_cpu = {r: x['tokens_per_cpu_sec'] for r, x in theirs.items()}
+    ours_wall = {r: x['tokens_per_sec'] for r, x in ours.items()}
+    theirs_wall = {r: x['tokens_per_sec'] for r, x in theirs.items()}
+    pad = statistics.median(x['padding_fraction'] for x in ours.values())
+    compile_s = statistics.median(x['compile_s'] for x in ours.values())
+    rows.append(
+        f'| training, target tok/s | {length} | {_rate(ours_cpu.values())} '
+        f'| {_rate(theirs_cpu.values())} | '
+        f'**{_summary(_pairs(ours_cpu, theirs_cpu))}** '
+        f'| {_summary(_pairs(ours_wall, theirs_wall))} '
+        f'| padding {pad:.1%} (peer {_peer_padding(theirs)}); '
+        f'compile {compile_s:.0f} s |'
+    )
+  return rows
+
+
+def _peer_padding(theirs) -> str:
+  if not theirs:
+    return 'not measured'
+  return (
+      f"{statistics.median(x['padding_fraction'] for x in theirs.values()):.1%}"
+  )
+
+
+def decoding_rows(out: str, threads: int) -> List[str]:
+  rows = []
+  for length in (50, 100, 200):
+    ours = {
+        r: _load(p)['this']
+        for r, p in _runs(
+            out, f'decode_L{length}_t{threads}_r{{r}}.json'
+        ).items()
+    }
+    if not ours:
+      continue
+    for label, beam in (('greedy', 1), ('beam10', 10)):
+      theirs = {
+          r: peer.decode_figures([p])[label]
+          for r, p in _runs(
+              out, f'peer_decode_L{length}_b{beam}_t{threads}_r{{r}}.json'
+          ).items()
+      }
+      ours_cpu = {r: x[label]['sentences_per_cpu_sec'] for r, x in ours.items()}
+      ours_wall = {r: x[label]['sentences_per_sec'] for r, x in ours.items()}
+      theirs_cpu = {r: x['sentences_per_cpu_sec'] for r, x in theirs.items()}
+      theirs_wall = {r: x['sentences_per_sec'] for r, x in theirs.items()}
+      compile_s = statistics.median(
+          x[label]['compile_s'] for x in ours.values()
+      )
+      rows.append(
+          f'| decoding {label}, sent/s | {length} | {_rate(ours_cpu.values())} '
+          f'| {_rate(theirs_cpu.values())} | '
+          f'**{_summary(_pairs(ours_cpu, theirs_cpu))}** '
+          f'| {_summary(_pairs(ours_wall, theirs_wall))} '
+          f'| compile {compile_s:.0f} s |'
+      )
+  return rows
+
+
+TABLE_HEAD = (
+    '| figure | L | nmt_jax, per CPU s | OpenNMT-py, per CPU s '
+    '| ratio per CPU s | ratio wall | notes |\n'
+    '|---|---:|---:|---:|---:|---:|---|'
+)
+
+
+def lever_rows(out: str) -> List[str]:
+  """Each lever's speedup from a `bench --compare` run (this / default)."""
+  levers = (
+      (
+          'lever_fitted16.json',
+          (
+              '16 fitted training buckets (`data.bucketing=fitted`, '
+              '`data.num_buckets=16`) vs 4 even'
+          ),
+      ),
+      (
+          'lever_gate_table.json',
+          (
+              'embedding-to-gates table in decoding (`decode.gate_table=on` vs'
+              ' off)'
+          ),
+      ),
+      (
+          'lever_bfloat16.json',
+          'bfloat16 compute (`model.dtype=bfloat16`) vs float32',
+      ),
+  )
+  rows = []
+  for name, what in levers:
+    path = os.path.join(out, name)
+    if not os.path.exists(path):
+      rows.append(f'| {what} | not measured | |')
+      continue
+    result = _load(path)
+    speedup = result.get('speedup', {})
+    if 'tokens_per_sec' in speedup:
+      this, other = result['this'], result['other']
+      shown = f"x{speedup['tokens_per_sec']:.2f} target tok/s"
+      notes = (
+          f"{this['tokens_per_sec']:,.0f} vs {other['tokens_per_sec']:,.0f} "
+          f"tok/s; padding {this['padding_fraction']:.1%} vs "
+          f"{other['padding_fraction']:.1%}; compile {this['compile_s']:.0f} "
+          f"vs {other['compile_s']:.0f} s"
+      )
+    else:
+      shown = ', '.join(f'{k} x{v:.2f}' for k, v in speedup.items())
+      notes = ', '.join(
+          f"{k} {result['this'][k]['ms_per_sentence']:.2f} vs "
+          f"{result['other'][k]['ms_per_sentence']:.2f} ms/sent"
+          for k in speedup
+      )
+    rows.append(f'| {what} | {shown} | {notes} |')
+  return rows
+
+
+def memory_rows(out: str) -> List[str]:
+  rows = []
+  for path in sorted(glob.glob(os.path.join(out, 'train_memory_chunk*.json'))):
+    this = _load(path)['this']
+    rows.append(
+        f"| {this['loss_chunk'] or 'off'} | {this['temp_mb']:,.0f} "
+        f"| {this['arguments_mb']:,.0f} | {this['logits_mb']:,.0f} |"
+    )
+  return rows
+
+
+def _machine(out: str) -> str:
+  sample = next(
+      iter(sorted(glob.glob(os.path.join(out, 'train_L*.json')))), None
+  )
+  cpu = 'unknown CPU'
+  if os.path.exists('/proc/cpuinfo'):
+    with open('/proc/cpuinfo') as f:
+      names = [
+          line.split(':', 1)[1].strip()
+          for line in f
+          if line.startswith('model name')
+      ]
+    if names:
+      cpu = f'{names[0]}, {len(names)} cores'
+  jax_version = _load(sample)['jax'] if sample else 'unknown'
+  return f'{cpu}; JAX {jax_version}'
+
+
+def page(out: str) -> str:
+  """The page's markdown from the JSON files in `out`."""
+  parts = [HEADER]
+  parts.append(
+      f'Measured {datetime.date.today().isoformat()} on {_machine(out)}.\n'
+  )
+  for threads, title in ((1, 'one thread'), (None, 'all cores')):
+    if threads is None:
+      found = glob.glob(os.path.join(out, 'train_L50_t*_r1.json'))
+      counts = sorted(int(re.search(r'_t(\d+)_', p).group(1)) for p in found)
+      counts = [c for c in counts if c > 1]
+      if not counts:
+        continue
+      threads = counts[-1]
+      title = f'all cores ({threads} threads)'
+    parts.append(f'## CPU, {title}\n\n{TABLE_HEAD}')
+    parts.extend(training_rows(out, threads) + decoding_rows(out, threads))
+    parts.append('')
+  parts.append(
+      '## Levers, each alone (CPU, one thread, L = 50)\n\n'
+      'Each against the default config in the same process, alternating '
+      'repetitions (`bench --compare`).\n\n'
+      '| lever | speedup | figures |\n|---|---:|---|'
+  )
+  parts.extend(lever_rows(out))
+  memory = memory_rows(out)
+  if memory:
+    parts.append(
+        '\n## Memory of a training step at the WMT size\n\n'
+        "XLA's memory plan (`bench train_memory`): memory K = 64, 512 units, "
+        '16k words per side, batch 128, L = 50; `train.loss_chunk` computes '
+        'the softmax and loss a few target positions at a time.\n\n'
+        '| loss_chunk | temp MB | arguments MB | one [B, T, V] logits MB |\n'
+        '|---|---:|---:|---:|'
+    )
+    parts.extend(memory)
+  parts.append(
+      '\n## GPU and TPU\n\n'
+      'Not measured: no accelerator was available for these runs. The same '
+      'command runs there unchanged (`bench` reports the platform, device '
+      'kind and count, dtype and peak device memory in every JSON file).\n'
+  )
+  return '\n'.join(parts)
+
+
+def main(argv):
+  if len(argv) != 2:
+    raise app.UsageError(
+        'usage: python -m nmt_jax.tools.performance OUT [--output=PATH]'
+    )
+  text = page(argv[1])
+  with open(_OUTPUT.value, 'w') as f:
+    f.write(text)
+  print(f'wrote {_OUTPUT.value}')
+
+
+if __name__ == '__main__':
+  app.run(main)
