@@ -112,7 +112,15 @@ if part levers; then
   bench decode 50 1 lever_gate_table "${DECODE[@]}" "${OTHER[@]}" \
     --config.decode.gate_table=on --compare.decode.gate_table=off \
     --compare.decode.beam_size=10 --compare.decode.batch_size=64
+  bench train 50 1 lever_explicit_weight_grads --repeats=3 "${OTHER[@]}" \
+    --compare.model.explicit_weight_grads=false
   bench train 50 1 lever_bfloat16 --repeats=3 "${OTHER[@]}" --config.model.dtype=bfloat16
+  # Attention's cost at long sources: memory K = 64 against global, L = 200.
+  echo "=== nmt_jax decode memory_k64 vs global_general L=200 ($(date +%T))"
+  taskset -c "$CORE" "$PYTHON" -m nmt_jax.bench decode --config=configs/memory_k64.py:copy200 \
+    --compare=configs/global_general.py:copy200 --threads=1 --modes=greedy,beam \
+    --config.decode.batch_size=64 --compare.decode.batch_size=64 --num_sentences=256 \
+    --json="$OUT/kinds_L200.json" > "$OUT/kinds_L200.log" 2>&1 || tail -3 "$OUT/kinds_L200.log"
   for chunk in 0 10; do
     echo "=== nmt_jax train_memory loss_chunk=$chunk ($(date +%T))"
     "$PYTHON" -m nmt_jax.bench train_memory --config=configs/memory_k64.py:wmt17_de_en \

@@ -76,6 +76,7 @@ class StackedLSTMCell(nn.Module):
   num_layers: int
   dropout: float
   forget_bias: float
+  explicit_weight_grads: bool = True  # see lstm.weight_grad
 
   @nn.compact
   def __call__(self, carries, x_gates, extra, train):
@@ -104,7 +105,8 @@ class StackedLSTMCell(nn.Module):
           stacked_kernel_init(inputs.shape[-1] - h_size),
           (inputs.shape[-1], 4 * h_size),
       )
-      new.append(lstm.lstm_update(carry, inputs @ kernel + bias))
+      gates = lstm.matmul(inputs, kernel, self.explicit_weight_grads) + bias
+      new.append(lstm.lstm_update(carry, gates))
     return tuple(new)
 
 
@@ -128,14 +130,13 @@ class Encoder(nn.Module):
       bidirectional = cfg.bidirectional == 'all' or (
           cfg.bidirectional == 'bottom' and layer == 0
       )
-      if bidirectional:
-        x, final = lstm.BiLSTM(
-            cfg.hidden_size, cfg.forget_bias, name=f'layer_{layer}'
-        )(x, lengths)
-      else:
-        x, final = lstm.LSTM(
-            cfg.hidden_size, cfg.forget_bias, name=f'layer_{layer}'
-        )(x, lengths)
+      layer_class = lstm.BiLSTM if bidirectional else lstm.LSTM
+      x, final = layer_class(
+          cfg.hidden_size,
+          cfg.forget_bias,
+          explicit_weight_grads=cfg.explicit_weight_grads,
+          name=f'layer_{layer}',
+      )(x, lengths)
       finals.append(final)
     return jnp.swapaxes(x, 0, 1), finals  # [B, S, H]
 
@@ -155,7 +156,11 @@ class Decoder(nn.Module):
         4 * h_size, bias_init=lstm.forget_bias_init(h_size, cfg.forget_bias)
     )
     self.cell = StackedLSTMCell(
-        h_size, cfg.num_decoder_layers, cfg.dropout, cfg.forget_bias
+        h_size,
+        cfg.num_decoder_layers,
+        cfg.dropout,
+        cfg.forget_bias,
+        cfg.explicit_weight_grads,
     )
     self.attention = attention_lib.make(cfg.attention, h_size)
     readout_size = cfg.readout_size or h_size
@@ -166,7 +171,11 @@ class Decoder(nn.Module):
       if self.attention.HAS_CONTEXT:
         self.readout_context = nn.Dense(2 * readout_size, use_bias=False)
     elif self.attention.HAS_CONTEXT:
-      self.combine = nn.Dense(readout_size, use_bias=False)  # W_c
+      self.combine = nn.Dense(  # W_c
+          readout_size,
+          use_bias=False,
+          dot_general=lstm.dense_dot_general(cfg.explicit_weight_grads),
+      )
     if cfg.bridge == 'dense':
       self.bridge_c = [nn.Dense(h_size) for _ in range(cfg.num_decoder_layers)]
       self.bridge_h = [nn.Dense(h_size) for _ in range(cfg.num_decoder_layers)]

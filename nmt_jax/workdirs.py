@@ -66,8 +66,9 @@ def identity_fields(config) -> Dict[str, Any]:
   """The config fields that say what a workdir's parameters mean.
 
   Every model.* field (the attention kind's own fields only, without those
-  that only steer decoding) except dropout and the compute dtype (a float32
-  run can be evaluated in bfloat16 and back), and the data fields that define
+  that only steer decoding) except dropout and the speed switches (compute
+  dtype, explicit_weight_grads: a float32 run can be evaluated in bfloat16
+  and back), and the data fields that define
   the vocabularies. Flattened, JSON values.
   """
   flat = _flatten(json.loads(config.to_json_best_effort()))
@@ -89,7 +90,11 @@ def identity_fields(config) -> Dict[str, Any]:
     if key.startswith('model.attention.'):
       return key in kind_fields
     if key.startswith('model.'):
-      return key not in ('model.dropout', 'model.dtype')
+      return key not in (
+          'model.dropout',
+          'model.dtype',
+          'model.explicit_weight_grads',
+      )
     return key in data_fields or key.startswith('data.vocab.')
 
   return {k: v for k, v in flat.items() if keep(k)}

@@ -140,3 +140,39 @@ def test_reverse_padded():
   x = jnp.arange(10).reshape(2, 5).T[..., None]  # [T=5, B=2, 1]
   out = lstm.reverse_padded(x, jnp.array([3, 5]))[..., 0].T
   np.testing.assert_array_equal(out, [[2, 1, 0, 3, 4], [9, 8, 7, 6, 5]])
+
+
+def test_explicit_weight_gradients_equal_autodiffs():
+  rng = np.random.default_rng(0)
+  x = jnp.asarray(rng.normal(size=(3, 5, 6)), jnp.float32)
+  w = jnp.asarray(rng.normal(size=(6, 8)), jnp.float32)
+  dy = jnp.asarray(rng.normal(size=(3, 5, 8)), jnp.float32)
+  reference = jax.vjp(lambda x, w: x @ w, x, w)[1](dy)
+  for explicit in (True, False):
+    out, vjp = jax.vjp(lambda x, w: lstm.matmul(x, w, explicit), x, w)
+    np.testing.assert_array_equal(out, x @ w)
+    for got, want in zip(vjp(dy), reference):
+      np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+  # The transpose is materialised apart from the dot only when asked for.
+  grad = lambda explicit: jax.grad(
+      lambda w: jnp.sum(lstm.matmul(x, w, explicit) * dy)
+  )
+  assert 'optimization_barrier' in str(jax.make_jaxpr(grad(True))(w))
+  assert 'optimization_barrier' not in str(jax.make_jaxpr(grad(False))(w))
+
+
+def test_explicit_weight_gradients_do_not_change_the_layers_gradients():
+  rng = np.random.default_rng(1)
+  x = jnp.asarray(rng.normal(size=(6, 3, 4)), jnp.float32)  # [T, B, in]
+  lengths = jnp.array([6, 3, 1])
+  grads = {}
+  for explicit in (True, False):
+    layer = lstm.BiLSTM(8, explicit_weight_grads=explicit)
+    params = layer.init(jax.random.key(0), x, lengths)
+    loss = lambda p: jnp.sum(layer.apply(p, x, lengths)[0] ** 2)
+    grads[explicit] = jax.grad(loss)(params)
+  jax.tree_util.tree_map(
+      lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6),
+      grads[True],
+      grads[False],
+  )

@@ -201,6 +201,13 @@ def lever_rows(out: str) -> List[str]:
           ),
       ),
       (
+          'lever_explicit_weight_grads.json',
+          (
+              'weight gradients as a GEMM on an explicit transpose '
+              '(`model.explicit_weight_grads`, on by default) vs off'
+          ),
+      ),
+      (
           'lever_bfloat16.json',
           'bfloat16 compute (`model.dtype=bfloat16`) vs float32',
       ),
@@ -287,6 +294,23 @@ def page(out: str) -> str:
       '| lever | speedup | figures |\n|---|---:|---|'
   )
   parts.extend(lever_rows(out))
+  kinds = os.path.join(out, 'kinds_L200.json')
+  if os.path.exists(kinds):
+    result = _load(kinds)
+    parts.append(
+        '\n## Attention kinds at L = 200 (CPU, one thread)\n\n'
+        'Decoding 256 copy-task sentences of up to 200 tokens (random '
+        'weights, each hypothesis as long as its reference), memory K = 64 '
+        'against global general attention, alternating in one process.\n\n'
+        '| mode | memory ms/sent | global ms/sent | memory speedup |\n'
+        '|---|---:|---:|---:|'
+    )
+    for label, speedup in result.get('speedup', {}).items():
+      parts.append(
+          f"| {label} | {result['this'][label]['ms_per_sentence']:.2f} "
+          f"| {result['other'][label]['ms_per_sentence']:.2f} "
+          f'| x{speedup:.2f} |'
+      )
   memory = memory_rows(out)
   if memory:
     parts.append(
