@@ -4,97 +4,115 @@
 # attention, input feeding, batch 128), then each speed lever alone.
 #
 #   PEER_VENV=/tmp/peer_onmt PEER_SCRIPTS=DIR PEER_WORK=/tmp/onmt_work \
-#     bash launch/performance.sh OUT [--output=docs/performance.md]
+#     bash launch/performance.sh OUT [--output=docs/performance.md] [--dry-run]
 #
 # PEER_SCRIPTS holds OpenNMT-py's benchmark wrappers (train_bench.py,
 # translate_bench.py) and PEER_WORK its copy data and configs
-# (data/L50, runs/L50/train.yaml, ...); docs/performance.md says how to make
-# them. Without PEER_VENV the peer is skipped and its columns say so.
-# Every timed run is pinned to core $CORE (default 0) and the two toolkits
+# (data/L50/valid.src, runs/L50/train.yaml, ...); docs/performance.md says
+# how to make them. Without PEER_VENV the peer is skipped and its columns say
+# so. Every timed run is pinned to core $CORE (default 0) and the toolkits
 # alternate, so drifting load on a shared machine reaches both alike. JSON
-# files go to OUT; the page is written from them by
-# `python -m nmt_jax.tools.performance OUT`. Takes ~45 min on 2 cores.
-# PARTS (default "train decode all levers page") runs some parts only.
+# files go to OUT, and the page is written from them
+# (`python -m nmt_jax.tools.performance OUT --output=...`). --dry-run prints
+# the commands instead. REPEATS (3) pairs per figure; PARTS (default
+# "train decode all levers page") runs some parts only. ~75 min on 2 cores.
 set -euo pipefail
 
 usage() { sed -n '2,18p' "$0" | sed 's/^# \{0,1\}//'; }
-if [[ $# -lt 1 || "$1" == --help || "$1" == -h ]]; then
-  usage
-  [[ $# -lt 1 ]] && exit 2 || exit 0
-fi
-OUT=$1
-shift
-PAGE_ARGS=("$@")
+error() { echo "error: $*" >&2; exit 2; }
+OUT= DRY_RUN= PAGE=docs/performance.md
+for arg in "$@"; do
+  case $arg in
+    -h|--help) usage; exit 0 ;;
+    --dry-run) DRY_RUN=1 ;;
+    --output=*) PAGE=${arg#--output=} ;;
+    -*) error "unknown argument '$arg'; see --help" ;;
+    *) [[ -z "$OUT" ]] || error "one OUT directory, not '$OUT' and '$arg'"; OUT=$arg ;;
+  esac
+done
+[[ -n "$OUT" ]] || error "give the directory for the JSON files: launch/performance.sh OUT"
 CORE=${CORE:-0}
-REPEATS=${REPEATS:-2}
+REPEATS=${REPEATS:-3}
 LENGTHS=${LENGTHS:-"50 100"}
 PYTHON=${PYTHON:-python}
 PARTS=" ${PARTS:-train decode all levers page} "
-part() { [[ "$PARTS" == *" $1 "* ]]; }
 PEER_VENV=${PEER_VENV:-}
 PEER_SCRIPTS=${PEER_SCRIPTS:-}
 PEER_WORK=${PEER_WORK:-}
 if [[ -n "$PEER_VENV" ]]; then
-  for f in "$PEER_SCRIPTS/train_bench.py" "$PEER_SCRIPTS/translate_bench.py" \
-    "$PEER_WORK/runs/L50/train.yaml"; do
-    [[ -f "$f" ]] || { echo "error: $f not found; set PEER_SCRIPTS and PEER_WORK (see docs/performance.md)" >&2; exit 2; }
+  for f in "$PEER_VENV/bin/python" "$PEER_SCRIPTS/train_bench.py" \
+    "$PEER_SCRIPTS/translate_bench.py" "$PEER_WORK/runs/L50/train.yaml"; do
+    [[ -f "$f" ]] || error "$f not found; set PEER_VENV, PEER_SCRIPTS and PEER_WORK (docs/performance.md)"
   done
 fi
-mkdir -p "$OUT"
+[[ -n "$DRY_RUN" ]] || mkdir -p "$OUT"
 
+part() { [[ "$PARTS" == *" $1 "* ]]; }
+cores() { # the cores a run of $1 threads may use
+  if [[ $1 == 1 ]]; then echo "$CORE"; else echo "0-$(($1 - 1))"; fi
+}
+run() { # run NAME command...: output to OUT/NAME.log (or printed, --dry-run)
+  local name=$1
+  shift
+  if [[ -n "$DRY_RUN" ]]; then
+    printf '%q ' "$@"
+    echo
+    return 0
+  fi
+  echo "=== $name ($(date +%T))"
+  "$@" > "$OUT/$name.log" 2>&1 || { echo "failed: $OUT/$name.log"; tail -3 "$OUT/$name.log"; }
+}
 BRITZ=(--config.model.bidirectional=all --config.model.bridge=copy)
 bench() { # bench train|decode L THREADS NAME [args...]
   local command=$1 length=$2 threads=$3 name=$4
   shift 4
-  echo "=== nmt_jax $command L=$length threads=$threads $name ($(date +%T))"
-  taskset -c "$(cores "$threads")" "$PYTHON" -m nmt_jax.bench "$command" \
+  run "$name" taskset -c "$(cores "$threads")" "$PYTHON" -m nmt_jax.bench "$command" \
     --config="configs/global_general.py:copy$length" "${BRITZ[@]}" \
-    --threads="$threads" --json="$OUT/$name.json" "$@" > "$OUT/$name.log" 2>&1 \
-    || { echo "failed: see $OUT/$name.log"; tail -3 "$OUT/$name.log"; }
-}
-cores() { # the cores a run of $1 threads may use
-  if [[ $1 == 1 ]]; then echo "$CORE"; else echo "0-$(($1 - 1))"; fi
+    --threads="$threads" --json="$OUT/$name.json" "$@"
 }
 peer_train() { # L THREADS NAME
   [[ -n "$PEER_VENV" ]] || return 0
   local length=$1 threads=$2 name=$3 window=80
   [[ $length -gt 50 ]] && window=50
-  echo "=== OpenNMT-py train L=$length threads=$threads $name ($(date +%T))"
-  OMP_NUM_THREADS=$threads MKL_NUM_THREADS=$threads taskset -c "$(cores "$threads")" \
-    "$PEER_VENV/bin/python" "$PEER_SCRIPTS/train_bench.py" --threads "$threads" \
-    --json "$OUT/$name.json" --warmup 15 --window $window -- \
+  run "$name" env OMP_NUM_THREADS="$threads" MKL_NUM_THREADS="$threads" \
+    taskset -c "$(cores "$threads")" "$PEER_VENV/bin/python" "$PEER_SCRIPTS/train_bench.py" \
+    --threads "$threads" --json "$OUT/$name.json" --warmup 15 --window $window -- \
     -config "$PEER_WORK/runs/L$length/train.yaml" -train_steps $((15 + window + 1)) \
-    -save_model "$OUT/peer_model_L$length" -save_checkpoint_steps 1000000 \
-    -report_every 20 > "$OUT/$name.log" 2>&1 || tail -3 "$OUT/$name.log"
+    -save_model "$OUT/peer_model_L$length" -save_checkpoint_steps 1000000 -report_every 20
 }
 peer_decode() { # L THREADS BEAM NAME
   [[ -n "$PEER_VENV" ]] || return 0
   local length=$1 threads=$2 beam=$3 name=$4
-  local model
-  model=$(ls "$OUT"/peer_model_L"${length}"_step_*.pt | head -1)
-  echo "=== OpenNMT-py decode L=$length threads=$threads beam=$beam ($(date +%T))"
-  TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD=1 OMP_NUM_THREADS=$threads MKL_NUM_THREADS=$threads \
-    taskset -c "$(cores "$threads")" "$PEER_VENV/bin/python" \
+  # The checkpoint the first training run of this L saved.
+  local model="$OUT/peer_model_L${length}_step_$((15 + (length > 50 ? 50 : 80) + 1)).pt"
+  run "$name" env TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD=1 OMP_NUM_THREADS="$threads" \
+    MKL_NUM_THREADS="$threads" taskset -c "$(cores "$threads")" "$PEER_VENV/bin/python" \
     "$PEER_SCRIPTS/translate_bench.py" --threads "$threads" --json "$OUT/$name.json" -- \
     -model "$model" -src "$PEER_WORK/data/L$length/valid.src" -output "$OUT/$name.txt" \
     -beam_size "$beam" -batch_size 64 -batch_type sents -max_length_ratio 1.0 \
-    -min_length 250 -gpu -1 -seed 1234 > "$OUT/$name.log" 2>&1 || tail -3 "$OUT/$name.log"
+    -min_length 250 -gpu -1 -seed 1234
 }
 DECODE=(--modes=greedy,beam --config.decode.beam_size=10 --config.decode.batch_size=64 --repeats=3)
+OTHER=(--compare=configs/global_general.py:copy50 --compare.model.bidirectional=all
+  --compare.model.bridge=copy)
 
 # 1. One thread: training, then decoding, alternating toolkits per repeat.
-part train && for r in $(seq 1 "$REPEATS"); do
-  for L in $LENGTHS; do
-    peer_train "$L" 1 "peer_train_L${L}_t1_r$r"
-    bench train "$L" 1 "train_L${L}_t1_r$r" --repeats=3
+if part train; then
+  for r in $(seq 1 "$REPEATS"); do
+    for L in $LENGTHS; do
+      peer_train "$L" 1 "peer_train_L${L}_t1_r$r"
+      bench train "$L" 1 "train_L${L}_t1_r$r" --repeats=3
+    done
   done
-done
-part decode && for r in $(seq 1 "$REPEATS"); do
-  for L in $LENGTHS; do
-    for beam in 1 10; do peer_decode "$L" 1 $beam "peer_decode_L${L}_b${beam}_t1_r$r"; done
-    bench decode "$L" 1 "decode_L${L}_t1_r$r" "${DECODE[@]}"
+fi
+if part decode; then
+  for r in $(seq 1 "$REPEATS"); do
+    for L in $LENGTHS; do
+      for beam in 1 10; do peer_decode "$L" 1 $beam "peer_decode_L${L}_b${beam}_t1_r$r"; done
+      bench decode "$L" 1 "decode_L${L}_t1_r$r" "${DECODE[@]}"
+    done
   done
-done
+fi
 # 2. All cores (L = 50).
 ALL=$(nproc)
 if part all; then
@@ -104,8 +122,6 @@ if part all; then
   bench decode 50 "$ALL" "decode_L50_t${ALL}_r1" "${DECODE[@]}"
 fi
 # 3. Levers, each alone against the default in one process (alternating).
-OTHER=(--compare=configs/global_general.py:copy50 --compare.model.bidirectional=all
-  --compare.model.bridge=copy)
 if part levers; then
   bench train 50 1 lever_fitted16 --repeats=3 "${OTHER[@]}" \
     --config.data.bucketing=fitted --config.data.num_buckets=16
@@ -116,18 +132,21 @@ if part levers; then
     --compare.model.explicit_weight_grads=false
   bench train 50 1 lever_bfloat16 --repeats=3 "${OTHER[@]}" --config.model.dtype=bfloat16
   # Attention's cost at long sources: memory K = 64 against global, L = 200.
-  echo "=== nmt_jax decode memory_k64 vs global_general L=200 ($(date +%T))"
-  taskset -c "$CORE" "$PYTHON" -m nmt_jax.bench decode --config=configs/memory_k64.py:copy200 \
-    --compare=configs/global_general.py:copy200 --threads=1 --modes=greedy,beam \
-    --config.decode.batch_size=64 --compare.decode.batch_size=64 --num_sentences=256 \
-    --json="$OUT/kinds_L200.json" > "$OUT/kinds_L200.log" 2>&1 || tail -3 "$OUT/kinds_L200.log"
+  run kinds_L200 taskset -c "$CORE" "$PYTHON" -m nmt_jax.bench decode \
+    --config=configs/memory_k64.py:copy200 --compare=configs/global_general.py:copy200 \
+    --threads=1 --modes=greedy,beam --config.decode.batch_size=64 \
+    --compare.decode.batch_size=64 --num_sentences=256 --json="$OUT/kinds_L200.json"
   for chunk in 0 10; do
-    echo "=== nmt_jax train_memory loss_chunk=$chunk ($(date +%T))"
-    "$PYTHON" -m nmt_jax.bench train_memory --config=configs/memory_k64.py:wmt17_de_en \
-      --config.train.loss_chunk=$chunk --json="$OUT/train_memory_chunk$chunk.json" \
-      > "$OUT/train_memory_chunk$chunk.log" 2>&1 || tail -3 "$OUT/train_memory_chunk$chunk.log"
+    run "train_memory_chunk$chunk" "$PYTHON" -m nmt_jax.bench train_memory \
+      --config=configs/memory_k64.py:wmt17_de_en --config.train.loss_chunk=$chunk \
+      --json="$OUT/train_memory_chunk$chunk.json"
   done
 fi
 if part page; then
-  "$PYTHON" -m nmt_jax.tools.performance "$OUT" "${PAGE_ARGS[@]}"
+  if [[ -n "$DRY_RUN" ]]; then
+    printf '%q ' "$PYTHON" -m nmt_jax.tools.performance "$OUT" --output="$PAGE"
+    echo
+  else
+    "$PYTHON" -m nmt_jax.tools.performance "$OUT" --output="$PAGE"
+  fi
 fi

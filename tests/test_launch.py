@@ -259,6 +259,9 @@ def test_multi_gpu_one_process():
             ['--workdir=w', '--frobnicate'],
             "unknown argument '--frobnicate'",
         ),
+        ('performance.sh', [], 'give the directory for the JSON files'),
+        ('performance.sh', ['a', 'b'], "one OUT directory, not 'a' and 'b'"),
+        ('performance.sh', ['a', '--frobnicate'], 'unknown argument'),
     ],
 )
 def test_argument_errors(script, args, message):
@@ -268,3 +271,41 @@ def test_argument_errors(script, args, message):
   assert (
       len(lines) == 1 and lines[0].startswith('error: ') and message in lines[0]
   ), lines
+
+
+def test_performance_runs_alternate_toolkits_on_one_pinned_core(tmp_path):
+  peer = tmp_path / 'peer'
+  (peer / 'bin').mkdir(parents=True)
+  (peer / 'runs' / 'L50').mkdir(parents=True)
+  for f in ('bin/python', 'train_bench.py', 'translate_bench.py'):
+    (peer / f).write_text('')
+  (peer / 'runs' / 'L50' / 'train.yaml').write_text('')
+  env = dict(
+      os.environ,
+      PEER_VENV=str(peer),
+      PEER_SCRIPTS=str(peer),
+      PEER_WORK=str(peer),
+      REPEATS='2',
+      PARTS='train decode page',
+      CORE='1',
+  )
+  result = subprocess.run(
+      ['bash', 'launch/performance.sh', str(tmp_path / 'out'), '--dry-run'],
+      cwd=ROOT,
+      env=env,
+      capture_output=True,
+      text=True,
+      timeout=60,
+  )
+  assert result.returncode == 0, result.stderr
+  lines = result.stdout.splitlines()
+  timed = [shlex.split(line) for line in lines[:-1]]
+  # Every timed run is pinned to the chosen core.
+  assert all(args[args.index('taskset') + 2] == '1' for args in timed)
+  who = [
+      'peer' if 'train_bench.py' in ' '.join(a) else 'nmt_jax' for a in timed
+  ]
+  # Training: peer, nmt_jax per length and repeat (2 lengths x 2 repeats).
+  assert who[:8] == ['peer', 'nmt_jax'] * 4
+  assert not (tmp_path / 'out').exists()  # --dry-run creates nothing
+  assert 'nmt_jax.tools.performance' in lines[-1]
