@@ -291,7 +291,7 @@ class Decoder(nn.Module):
       logits = self.embed.attend(htilde) + self.output_bias
     else:
       logits = self.output(htilde)
-    return logits.astype(jnp.float32)
+    return attention_lib.at_least_float32(logits)
 
   def __call__(self, cache, state, target_in, train=False, with_weights=False):
     """Teacher forcing: target_in [B, T] -> logits [B, T, V], diagnostics.

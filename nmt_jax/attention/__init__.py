@@ -21,6 +21,7 @@ get = base.get
 make = base.make
 kinds = base.names
 masked_softmax = base.masked_softmax
+at_least_float32 = base.at_least_float32
 computed_positions = base.computed_positions
 source_weights = base.source_weights
 default_config = base.default_config

@@ -80,13 +80,18 @@ def source_weights(diagnostics) -> jax.Array:
   return diagnostics.get('source_weights', diagnostics.get('weights'))
 
 
+def at_least_float32(x):
+  """x in float32 if it is in a narrower float (bfloat16); float64 stays."""
+  return x.astype(jnp.promote_types(x.dtype, jnp.float32))
+
+
 def masked_softmax(scores, mask, axis=-1, dtype=None):
   """Softmax over `mask`ed entries; masked entries and all-masked rows get 0.
 
-  Computed in float32 whatever the scores' dtype (bfloat16 rounds the
-  exponentials' sum), returned as `dtype` (default: the scores' dtype).
+  Computed in at least float32 whatever the scores' dtype (bfloat16 rounds
+  the exponentials' sum), returned as `dtype` (default: the scores' dtype).
   """
-  weights = jax.nn.softmax(scores.astype(jnp.float32), axis=axis, where=mask)
+  weights = jax.nn.softmax(at_least_float32(scores), axis=axis, where=mask)
   return weights.astype(dtype or scores.dtype)
 
 

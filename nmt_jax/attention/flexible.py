@@ -64,7 +64,9 @@ class FlexibleAttention(content.ContentAttention):
     inputs = jnp.concatenate([step.prev_query, step.inputs], -1)
     hidden = jnp.tanh(self.strength_hidden(inputs))
     # float32: the penalty, the kept interval and the reward read it.
-    return jax.nn.sigmoid(self.strength_out(hidden)[:, 0].astype(jnp.float32))
+    return jax.nn.sigmoid(
+        base.at_least_float32(self.strength_out(hidden)[:, 0])
+    )
 
   def kept_interval(self, g, previous, lengths, tau):
     """First and last kept position [B] each (closed form), for finite tau."""
@@ -94,7 +96,7 @@ class FlexibleAttention(content.ContentAttention):
       offset = -self.penalty(g, previous, positions)
       weights = self.attend_all(query, cache, offset)  # [B, S]
       context = jnp.einsum('bs,bsd->bd', weights, cache['memory'])
-      center = jnp.sum(weights.astype(jnp.float32) * positions, -1)
+      center = jnp.sum(base.at_least_float32(weights) * positions, -1)
       diagnostics.update(
           window=lengths.astype(jnp.float32),
           computed=jnp.full(lengths.shape, float(length)),
@@ -139,7 +141,7 @@ class FlexibleAttention(content.ContentAttention):
     weights = self.attend_window(query, cache, positions, valid, offset)
     window_memory = content.gather_positions(cache['memory'], positions)
     context = jnp.einsum('bw,bwd->bd', weights, window_memory)  # [B, D]
-    center = jnp.sum(weights.astype(jnp.float32) * positions, -1)
+    center = jnp.sum(base.at_least_float32(weights) * positions, -1)
     scattered = None
     if with_weights:
       scattered = content.scatter_positions(weights, positions, valid, length)
