@@ -187,6 +187,14 @@ TABLE_HEAD = (
 )
 
 
+def _decode_pairs(this, other) -> List[float]:
+  """other's time / this one's, per pair of alternating repetitions."""
+  return _pairs(
+      dict(enumerate(other['ms_per_sentence_runs'])),
+      dict(enumerate(this['ms_per_sentence_runs'])),
+  )
+
+
 def lever_rows(out: str) -> List[str]:
   """Each lever's speedup from a `bench --compare` run (this / default)."""
   levers = (
@@ -224,9 +232,14 @@ def lever_rows(out: str) -> List[str]:
       continue
     result = _load(path)
     speedup = result.get('speedup', {})
+    this, other = result['this'], result['other']
     if 'tokens_per_sec' in speedup:
-      this, other = result['this'], result['other']
-      shown = f"x{speedup['tokens_per_sec']:.2f} target tok/s"
+      # Repetitions alternate: run i of each config is a pair.
+      pairs = _pairs(
+          dict(enumerate(this['tokens_per_sec_runs'])),
+          dict(enumerate(other['tokens_per_sec_runs'])),
+      )
+      shown = f'x{_summary(pairs)} target tok/s'
       notes = (
           f"{this['tokens_per_sec']:,.0f} vs {other['tokens_per_sec']:,.0f} "
           f"tok/s; padding {this['padding_fraction']:.1%} vs "
@@ -234,13 +247,22 @@ def lever_rows(out: str) -> List[str]:
           f"vs {other['compile_s']:.0f} s"
       )
     else:
-      shown = ', '.join(f'{k} x{v:.2f}' for k, v in speedup.items())
+      shown = ', '.join(
+          f'{k} x{_summary(_decode_pairs(this[k], other[k]))}' for k in speedup
+      )
       notes = ', '.join(
-          f"{k} {result['this'][k]['ms_per_sentence']:.2f} vs "
-          f"{result['other'][k]['ms_per_sentence']:.2f} ms/sent"
+          f"{k} {this[k]['ms_per_sentence']:.2f} vs "
+          f"{other[k]['ms_per_sentence']:.2f} ms/sent"
           for k in speedup
       )
     rows.append(f'| {what} | {shown} | {notes} |')
+  rows.append(
+      "| the decoder's per-step kernel gradients hoisted out of its backward"
+      ' loop | not built | the decoder loop is differentiated by `nn.scan`,'
+      " which adds each step's kernel gradient inside the backward loop;"
+      ' hoisting them (one GEMM over all steps, as `lstm.py` does for the'
+      ' encoder) needs a hand-written VJP of the whole decoder loop |'
+  )
   return rows
 
 
@@ -294,7 +316,8 @@ def page(out: str) -> str:
   parts.append(
       '## Levers, each alone (CPU, one thread, L = 50)\n\n'
       'Each against the default config in the same process, alternating '
-      'repetitions (`bench --compare`).\n\n'
+      'repetitions (`bench --compare`); speedup = the lever on / off, per '
+      'pair of repetitions: median [min - max].\n\n'
       '| lever | speedup | figures |\n|---|---:|---|'
   )
   parts.extend(lever_rows(out))
