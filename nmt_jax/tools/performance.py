@@ -103,15 +103,32 @@ def _pairs(ours: Dict[int, float], theirs: Dict[int, float]) -> List[float]:
   return [ours[r] / theirs[r] for r in sorted(ours) if r in theirs]
 
 
+def _row(figure, length, ours, theirs, rate: str, notes: str) -> str:
+  """A table row from {repeat: figures} of nmt_jax and of the peer.
+
+  `rate`: 'tokens' or 'sentences' (the figures' `<rate>_per_sec` and
+  `<rate>_per_cpu_sec`).
+  """
+  pick = lambda runs, key: {r: x[key] for r, x in runs.items()}
+  cpu, wall = f'{rate}_per_cpu_sec', f'{rate}_per_sec'
+  return (
+      f'| {figure} | {length} | {_rate(pick(ours, cpu).values())} '
+      f'| {_rate(pick(theirs, cpu).values())} '
+      f'| **{_summary(_pairs(pick(ours, cpu), pick(theirs, cpu)))}** '
+      f'| {_summary(_pairs(pick(ours, wall), pick(theirs, wall)))} '
+      f'| {notes} |'
+  )
+
+
+def _bench_runs(out: str, pattern: str):
+  """{repeat: the 'this' figures} of the bench files matching pattern."""
+  return {r: _load(p)['this'] for r, p in _runs(out, pattern).items()}
+
+
 def training_rows(out: str, threads: int) -> List[str]:
   rows = []
   for length in (50, 100, 200):
-    ours = {
-        r: _load(p)['this']
-        for r, p in _runs(
-            out, f'train_L{length}_t{threads}_r{{r}}.json'
-        ).items()
-    }
+    ours = _bench_runs(out, f'train_L{length}_t{threads}_r{{r}}.json')
     if not ours:
       continue
     theirs = {
@@ -120,20 +137,14 @@ def training_rows(out: str, threads: int) -> List[str]:
             out, f'peer_train_L{length}_t{threads}_r{{r}}.json'
         ).items()
     }
-    ours_cpu = {r: x['tokens_per_cpu_sec'] for r, x in ours.items()}
-    theirs_cpu = {r: x['tokens_per_cpu_sec'] for r, x in theirs.items()}
-    ours_wall = {r: x['tokens_per_sec'] for r, x in ours.items()}
-    theirs_wall = {r: x['tokens_per_sec'] for r, x in theirs.items()}
     pad = statistics.median(x['padding_fraction'] for x in ours.values())
     compile_s = statistics.median(x['compile_s'] for x in ours.values())
-    rows.append(
-        f'| training, target tok/s | {length} | {_rate(ours_cpu.values())} '
-        f'| {_rate(theirs_cpu.values())} | '
-        f'**{_summary(_pairs(ours_cpu, theirs_cpu))}** '
-        f'| {_summary(_pairs(ours_wall, theirs_wall))} '
-        f'| padding {pad:.1%} (peer {_peer_padding(theirs)}); '
-        f'compile {compile_s:.0f} s |'
+    notes = (
+        f'padding {pad:.1%} (peer {_peer_padding(theirs)}); '
+        f'compile {compile_s:.0f} s'
     )
+    figure = 'training, target tok/s'
+    rows.append(_row(figure, length, ours, theirs, 'tokens', notes))
   return rows
 
 
@@ -148,35 +159,21 @@ def _peer_padding(theirs) -> str:
 def decoding_rows(out: str, threads: int) -> List[str]:
   rows = []
   for length in (50, 100, 200):
-    ours = {
-        r: _load(p)['this']
-        for r, p in _runs(
-            out, f'decode_L{length}_t{threads}_r{{r}}.json'
-        ).items()
-    }
-    if not ours:
+    runs = _bench_runs(out, f'decode_L{length}_t{threads}_r{{r}}.json')
+    if not runs:
       continue
     for label, beam in (('greedy', 1), ('beam10', 10)):
+      ours = {r: x[label] for r, x in runs.items()}
       theirs = {
           r: peer.decode_figures([p])[label]
           for r, p in _runs(
               out, f'peer_decode_L{length}_b{beam}_t{threads}_r{{r}}.json'
           ).items()
       }
-      ours_cpu = {r: x[label]['sentences_per_cpu_sec'] for r, x in ours.items()}
-      ours_wall = {r: x[label]['sentences_per_sec'] for r, x in ours.items()}
-      theirs_cpu = {r: x['sentences_per_cpu_sec'] for r, x in theirs.items()}
-      theirs_wall = {r: x['sentences_per_sec'] for r, x in theirs.items()}
-      compile_s = statistics.median(
-          x[label]['compile_s'] for x in ours.values()
-      )
-      rows.append(
-          f'| decoding {label}, sent/s | {length} | {_rate(ours_cpu.values())} '
-          f'| {_rate(theirs_cpu.values())} | '
-          f'**{_summary(_pairs(ours_cpu, theirs_cpu))}** '
-          f'| {_summary(_pairs(ours_wall, theirs_wall))} '
-          f'| compile {compile_s:.0f} s |'
-      )
+      compile_s = statistics.median(x['compile_s'] for x in ours.values())
+      figure = f'decoding {label}, sent/s'
+      notes = f'compile {compile_s:.0f} s'
+      rows.append(_row(figure, length, ours, theirs, 'sentences', notes))
   return rows
 
 
