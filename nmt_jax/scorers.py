@@ -32,7 +32,6 @@ from nmt_jax import models
 from nmt_jax.vocab import PAD
 
 AVERAGES = ('log_probs', 'probs')
-GATE_TABLE = ('auto', 'on', 'off')
 
 
 class Single:
