@@ -353,6 +353,20 @@ class Decoder(nn.Module):
     return state, self.logits(htilde), diagnostics
 
 
+def compute_params(model_config, params):
+  """params with their float32 leaves in model.dtype (as is for float32).
+
+  Leaves already in model.dtype stay, so casting once before a loop (the
+  decoders' scorers.Single.prepare) leaves nothing for `apply` to redo per
+  step.
+  """
+  dtype = jnp.dtype(model_config.dtype)
+  if dtype == jnp.float32:
+    return params
+  cast = lambda x: x.astype(dtype) if x.dtype == jnp.float32 else x
+  return jax.tree_util.tree_map(cast, params)
+
+
 class Seq2Seq(nn.Module):
   """The encoder-decoder; `source`/`target` are padded with PAD = 0.
 
@@ -367,12 +381,8 @@ class Seq2Seq(nn.Module):
   target_vocab_size: int
 
   def apply(self, variables, *args, **kwargs):
-    dtype = jnp.dtype(self.config.dtype)
-    if dtype != jnp.float32:
-      cast = lambda x: x.astype(dtype) if x.dtype == jnp.float32 else x
-      params = jax.tree_util.tree_map(cast, variables['params'])
-      variables = dict(variables, params=params)
-    return super().apply(variables, *args, **kwargs)
+    params = compute_params(self.config, variables['params'])
+    return super().apply(dict(variables, params=params), *args, **kwargs)
 
   def setup(self):
     self.encoder = Encoder(self.config, self.source_vocab_size)

@@ -47,7 +47,8 @@ class Single:
     )
 
   def prepare(self, params, lookups: int, gate_table: str = 'auto'):
-    """(params, the [V, 4H] gate table or None)."""
+    """(params in the compute dtype, the [V, 4H] gate table or None)."""
+    params = models.compute_params(self.model.config, params)
     vocab = self.model.target_vocab_size
     if gate_table == 'on' or (gate_table == 'auto' and vocab < lookups):
       table = self.model.apply(

@@ -96,7 +96,7 @@ def masked_softmax(scores, mask, axis=-1, dtype=None):
 
 
 def softmax(scores, axis=-1):
-  """Softmax computed in float32, returned in the scores' dtype."""
+  """Softmax computed in at least float32, returned in the scores' dtype."""
   return masked_softmax(scores, None, axis)
 
 
