@@ -23,8 +23,7 @@ from tests.test_cli import nmt
 
 
 def _configs(kind):
-  extra = {'query': 'previous'} if kind == 'none' else {}
-  f32 = helpers.tiny_config(kind, 'general', **extra)
+  f32 = helpers.tiny_config(kind, 'general')
   if 'tau' in f32.model.attention:
     f32.model.attention.tau = 2.0  # decoding takes the pruned path
   bf16 = f32.copy_and_resolve_references()
