@@ -16,9 +16,12 @@
 # (`python -m nmt_jax.tools.performance OUT --output=...`). --dry-run prints
 # the commands instead. REPEATS (3) pairs per figure; PARTS (default
 # "train decode all levers page") runs some parts only. ~75 min on 2 cores.
+# PLATFORM=gpu times both toolkits on the GPU instead (a CUDA build of JAX
+# here and of torch in PEER_VENV; OpenNMT-py with -gpu_ranks 0 / -gpu 0):
+# nothing is pinned and the all-cores part is skipped.
 set -euo pipefail
 
-usage() { sed -n '2,18p' "$0" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '2,21p' "$0" | sed 's/^# \{0,1\}//'; }
 error() { echo "error: $*" >&2; exit 2; }
 OUT= DRY_RUN= PAGE=docs/performance.md
 for arg in "$@"; do
@@ -36,6 +39,13 @@ REPEATS=${REPEATS:-3}
 LENGTHS=${LENGTHS:-"50 100"}
 PYTHON=${PYTHON:-python}
 PARTS=" ${PARTS:-train decode all levers page} "
+PLATFORM=${PLATFORM:-cpu}
+case $PLATFORM in
+  cpu) PEER_TRAIN_DEVICE=() PEER_DECODE_DEVICE=(-gpu -1) ;;
+  gpu) PEER_TRAIN_DEVICE=(-world_size 1 -gpu_ranks 0) PEER_DECODE_DEVICE=(-gpu 0)
+    PARTS=${PARTS/ all / } ;;
+  *) error "PLATFORM=$PLATFORM: use cpu or gpu" ;;
+esac
 PEER_VENV=${PEER_VENV:-}
 PEER_SCRIPTS=${PEER_SCRIPTS:-}
 PEER_WORK=${PEER_WORK:-}
@@ -50,6 +60,10 @@ fi
 part() { [[ "$PARTS" == *" $1 "* ]]; }
 cores() { # the cores a run of $1 threads may use
   if [[ $1 == 1 ]]; then echo "$CORE"; else echo "0-$(($1 - 1))"; fi
+}
+pin() { # PIN: the prefix that runs a command on the cores $1 threads may use
+  PIN=()
+  if [[ $PLATFORM == cpu ]]; then PIN=(taskset -c "$(cores "$1")"); fi
 }
 run() { # run NAME command...: output to OUT/NAME.log (or printed, --dry-run)
   local name=$1
@@ -66,31 +80,47 @@ BRITZ=(--config.model.bidirectional=all --config.model.bridge=copy)
 bench() { # bench train|decode L THREADS NAME [args...]
   local command=$1 length=$2 threads=$3 name=$4
   shift 4
-  run "$name" taskset -c "$(cores "$threads")" "$PYTHON" -m nmt_jax.bench "$command" \
+  local pin=(--threads="$threads")
+  [[ $PLATFORM == cpu ]] || pin=()
+  pin "$threads"
+  run "$name" "${PIN[@]}" "$PYTHON" -m nmt_jax.bench "$command" \
     --config="configs/global_general.py:copy$length" "${BRITZ[@]}" \
-    --threads="$threads" --json="$OUT/$name.json" "$@"
+    "${pin[@]}" --json="$OUT/$name.json" "$@"
 }
 peer_train() { # L THREADS NAME
   [[ -n "$PEER_VENV" ]] || return 0
   local length=$1 threads=$2 name=$3 window=80
   [[ $length -gt 50 ]] && window=50
+  pin "$threads"
   run "$name" env OMP_NUM_THREADS="$threads" MKL_NUM_THREADS="$threads" \
-    taskset -c "$(cores "$threads")" "$PEER_VENV/bin/python" "$PEER_SCRIPTS/train_bench.py" \
+    "${PIN[@]}" "$PEER_VENV/bin/python" "$PEER_SCRIPTS/train_bench.py" \
     --threads "$threads" --json "$OUT/$name.json" --warmup 15 --window $window -- \
     -config "$PEER_WORK/runs/L$length/train.yaml" -train_steps $((15 + window + 1)) \
-    -save_model "$OUT/peer_model_L$length" -save_checkpoint_steps 1000000 -report_every 20
+    -save_model "$OUT/peer_model_L$length" -save_checkpoint_steps 1000000 -report_every 20 \
+    "${PEER_TRAIN_DEVICE[@]}"
 }
 peer_decode() { # L THREADS BEAM NAME
   [[ -n "$PEER_VENV" ]] || return 0
   local length=$1 threads=$2 beam=$3 name=$4
   # The checkpoint the first training run of this L saved.
   local model="$OUT/peer_model_L${length}_step_$((15 + (length > 50 ? 50 : 80) + 1)).pt"
+  pin "$threads"
   run "$name" env TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD=1 OMP_NUM_THREADS="$threads" \
-    MKL_NUM_THREADS="$threads" taskset -c "$(cores "$threads")" "$PEER_VENV/bin/python" \
+    MKL_NUM_THREADS="$threads" "${PIN[@]}" "$PEER_VENV/bin/python" \
     "$PEER_SCRIPTS/translate_bench.py" --threads "$threads" --json "$OUT/$name.json" -- \
     -model "$model" -src "$PEER_WORK/data/L$length/valid.src" -output "$OUT/$name.txt" \
     -beam_size "$beam" -batch_size 64 -batch_type sents -max_length_ratio 1.0 \
-    -min_length 250 -gpu -1 -seed 1234
+    -min_length 250 "${PEER_DECODE_DEVICE[@]}" -seed 1234
+}
+kinds() { # kinds NAME CONFIG L [args...]: CONFIG's decoding against global's
+  local name=$1 config=$2 length=$3 pin=(--threads=1)
+  shift 3
+  [[ $PLATFORM == cpu ]] || pin=()
+  pin 1
+  run "$name" "${PIN[@]}" "$PYTHON" -m nmt_jax.bench decode --config="$config" \
+    --compare="configs/global_general.py:copy$length" "${pin[@]}" --modes=greedy,beam \
+    --config.decode.batch_size=64 --compare.decode.batch_size=64 --num_sentences=256 \
+    --json="$OUT/$name.json" "$@"
 }
 DECODE=(--modes=greedy,beam --config.decode.beam_size=10 --config.decode.batch_size=64 --repeats=3)
 OTHER=(--compare=configs/global_general.py:copy50 --compare.model.bidirectional=all
@@ -130,12 +160,14 @@ if part levers; then
     --compare.decode.beam_size=10 --compare.decode.batch_size=64
   bench train 50 1 lever_explicit_weight_grads --repeats=3 "${OTHER[@]}" \
     --compare.model.explicit_weight_grads=false
+  bench train 50 1 lever_hoist_weight_grads --repeats=3 "${OTHER[@]}" \
+    --compare.model.hoist_weight_grads=false
   bench train 50 1 lever_bfloat16 --repeats=3 "${OTHER[@]}" --config.model.dtype=bfloat16
-  # Attention's cost at long sources: memory K = 64 against global, L = 200.
-  run kinds_L200 taskset -c "$CORE" "$PYTHON" -m nmt_jax.bench decode \
-    --config=configs/memory_k64.py:copy200 --compare=configs/global_general.py:copy200 \
-    --threads=1 --modes=greedy,beam --config.decode.batch_size=64 \
-    --compare.decode.batch_size=64 --num_sentences=256 --json="$OUT/kinds_L200.json"
+  # Attention's cost at long sources, against global general attention:
+  # memory K = 64 at L = 200, flexible at Shu & Nakayama's tau = 1.2, L = 150.
+  kinds kinds_L200 configs/memory_k64.py:copy200 200
+  kinds kinds_flexible_L150 configs/flexible.py:copy150 150 \
+    --config.model.attention.tau=1.2
   for chunk in 0 10; do
     run "train_memory_chunk$chunk" "$PYTHON" -m nmt_jax.bench train_memory \
       --config=configs/memory_k64.py:wmt17_de_en --config.train.loss_chunk=$chunk \

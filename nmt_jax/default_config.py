@@ -115,6 +115,10 @@ def get_config(arg=None):
   # explicitly transposed input (XLA:CPU's fast path; same values, ~3% off a
   # CPU training step). A speed switch, not part of the model's identity.
   config.model.explicit_weight_grads = True
+  # The decoder's per-step kernel gradients (LSTM stack, W_c) as one GEMM
+  # after its backward loop instead of one per step (nmt_jax/hoisting.py).
+  # A speed switch, not part of the model's identity.
+  config.model.hoist_weight_grads = True
   # Luong input feeding: htilde_{t-1} is concatenated to the decoder input.
   config.model.input_feeding = True
   # Attention query: 'current' (Luong, h_t) or 'previous' (Bahdanau, h_{t-1};

@@ -8,7 +8,9 @@ The math is the standard LSTM with gate order (i, f, g, o):
   i, f, g, o = split(x W_x + h W_h + b)
   c' = sigmoid(f) * c + sigmoid(i) * tanh(g);   h' = sigmoid(o) * tanh(c')
 
-(tests/test_lstm.py checks it against flax's `nn.LSTMCell`).
+(tests/test_lstm.py checks it against flax's `nn.LSTMCell`). The
+decoder's stack runs one step at a time (`StackedLSTMCell`), its inputs
+depending on the previous step's output.
 """
 
 import functools
@@ -69,15 +71,16 @@ def _matmul_bwd(explicit, residuals, dy):
 matmul.defvjp(_matmul_fwd, _matmul_bwd)
 
 
-def dense_dot_general(explicit: bool):
-  """A `dot_general` for nn.Dense whose kernel gradient is `weight_grad`'s."""
+def project(x, kernel, explicit_weight_grads: bool, probe=None):
+  """x [..., in] @ kernel [in, out].
 
-  def dot_general(lhs, rhs, dimension_numbers, precision=None, **kwargs):
-    del precision, kwargs
-    assert dimension_numbers == (((lhs.ndim - 1,), (0,)), ((), ()))
-    return matmul(lhs, rhs, explicit)
-
-  return dot_general
+  Without a probe the kernel gradient is `weight_grad`'s; with one
+  ([..., out] zeros) the kernel gets none here and the caller adds it from
+  the probe's cotangent (nmt_jax/hoisting.py).
+  """
+  if probe is None:
+    return matmul(x, kernel, explicit_weight_grads)
+  return x @ jax.lax.stop_gradient(kernel) + probe
 
 
 def _gate_activations(gates):
@@ -278,3 +281,78 @@ class BiLSTM(nn.Module):
     )(x, lengths)
     carry = (jnp.concatenate([c_f, c_b], -1), jnp.concatenate([h_f, h_b], -1))
     return jnp.concatenate([out_f, out_b], -1), carry
+
+
+def stacked_kernel_init(num_input_rows):
+  """Initializer of a stacked [in + H, 4H] kernel.
+
+  lecun_normal for the input rows, orthogonal for the H recurrent rows.
+  """
+
+  def init(key, shape, dtype=jnp.float32):
+    k_in, k_rec = jax.random.split(key)
+    rows = [
+        nn.initializers.orthogonal()(
+            k_rec, (shape[0] - num_input_rows, shape[1]), dtype
+        )
+    ]
+    if num_input_rows:
+      rows.insert(
+          0,
+          nn.initializers.lecun_normal()(
+              k_in, (num_input_rows, shape[1]), dtype
+          ),
+      )
+    return jnp.concatenate(rows, axis=0)
+
+  return init
+
+
+class StackedLSTMCell(nn.Module):
+  """One step of the decoder's LSTM stack.
+
+  Layer 0 receives its embedding gates precomputed (`x_gates`, hoisted out of
+  the time loop) and the per-step inputs `extra` (input feeding, context).
+  With `probes` (see nmt_jax/hoisting.py) the kernels' gradients are left to the
+  caller.
+  """
+
+  features: int
+  num_layers: int
+  dropout: float
+  forget_bias: float
+  explicit_weight_grads: bool = True  # see weight_grad
+
+  @nn.compact
+  def __call__(self, carries, x_gates, extra, train, probes=None):
+    """One step of the stack -> new carries, each kernel's input.
+
+    carries: per layer (c, h) [B, H]; x_gates [B, 4H]; extra: list of [B, *];
+    probes: None or per layer [B, 4H]. The inputs are per layer [B, in + H].
+    """
+    h_size = self.features
+    new, kernel_inputs = [], []
+    for layer in range(self.num_layers):
+      carry = carries[layer]
+      if layer == 0:
+        # [B, in + H]
+        inputs = jnp.concatenate(list(extra) + [carry[1]], axis=-1)
+        bias = x_gates
+      else:
+        below = nn.Dropout(self.dropout)(new[-1][1], deterministic=not train)
+        inputs = jnp.concatenate([below, carry[1]], axis=-1)  # [B, 2H]
+        bias = self.param(
+            f'bias_{layer}',
+            forget_bias_init(h_size, self.forget_bias),
+            (4 * h_size,),
+        )
+      kernel = self.param(
+          f'kernel_{layer}',
+          stacked_kernel_init(inputs.shape[-1] - h_size),
+          (inputs.shape[-1], 4 * h_size),
+      )
+      probe = None if probes is None else probes[layer]
+      gates = project(inputs, kernel, self.explicit_weight_grads, probe)
+      new.append(lstm_update(carry, gates + bias))
+      kernel_inputs.append(inputs)
+    return tuple(new), kernel_inputs

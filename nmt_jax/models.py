@@ -18,6 +18,7 @@ One `Decoder.step` serves teacher forcing (scanned over the target by
 `Seq2Seq.decode_step`), so training and inference share every line.
 """
 
+import functools
 from typing import Any, Tuple
 
 import flax
@@ -26,6 +27,7 @@ import jax
 import jax.numpy as jnp
 
 from nmt_jax import attention as attention_lib
+from nmt_jax import hoisting
 from nmt_jax import lstm
 from nmt_jax.vocab import PAD
 
@@ -38,76 +40,6 @@ class DecoderState:
   feed: jax.Array  # [B, H] attentional state htilde_{t-1} (input feeding)
   attention: Any  # the attention kind's state (dict)
   t: jax.Array  # [B] int32 index of the next target token
-
-
-def stacked_kernel_init(num_input_rows):
-  """Initializer of a stacked [in + H, 4H] kernel.
-
-  lecun_normal for the input rows, orthogonal for the H recurrent rows.
-  """
-
-  def init(key, shape, dtype=jnp.float32):
-    k_in, k_rec = jax.random.split(key)
-    rows = [
-        nn.initializers.orthogonal()(
-            k_rec, (shape[0] - num_input_rows, shape[1]), dtype
-        )
-    ]
-    if num_input_rows:
-      rows.insert(
-          0,
-          nn.initializers.lecun_normal()(
-              k_in, (num_input_rows, shape[1]), dtype
-          ),
-      )
-    return jnp.concatenate(rows, axis=0)
-
-  return init
-
-
-class StackedLSTMCell(nn.Module):
-  """One step of the decoder's LSTM stack.
-
-  Layer 0 receives its embedding gates precomputed (`x_gates`, hoisted out of
-  the time loop) and the per-step inputs `extra` (input feeding, context).
-  """
-
-  features: int
-  num_layers: int
-  dropout: float
-  forget_bias: float
-  explicit_weight_grads: bool = True  # see lstm.weight_grad
-
-  @nn.compact
-  def __call__(self, carries, x_gates, extra, train):
-    """One step of the stack.
-
-    carries: per layer (c, h) [B, H]; x_gates [B, 4H]; extra: list of [B, *].
-    """
-    h_size = self.features
-    new = []
-    for layer in range(self.num_layers):
-      carry = carries[layer]
-      if layer == 0:
-        # [B, in + H]
-        inputs = jnp.concatenate(list(extra) + [carry[1]], axis=-1)
-        bias = x_gates
-      else:
-        below = nn.Dropout(self.dropout)(new[-1][1], deterministic=not train)
-        inputs = jnp.concatenate([below, carry[1]], axis=-1)  # [B, 2H]
-        bias = self.param(
-            f'bias_{layer}',
-            lstm.forget_bias_init(h_size, self.forget_bias),
-            (4 * h_size,),
-        )
-      kernel = self.param(
-          f'kernel_{layer}',
-          stacked_kernel_init(inputs.shape[-1] - h_size),
-          (inputs.shape[-1], 4 * h_size),
-      )
-      gates = lstm.matmul(inputs, kernel, self.explicit_weight_grads) + bias
-      new.append(lstm.lstm_update(carry, gates))
-    return tuple(new)
 
 
 class Encoder(nn.Module):
@@ -155,7 +87,7 @@ class Decoder(nn.Module):
     self.input_proj = nn.Dense(
         4 * h_size, bias_init=lstm.forget_bias_init(h_size, cfg.forget_bias)
     )
-    self.cell = StackedLSTMCell(
+    self.cell = lstm.StackedLSTMCell(
         h_size,
         cfg.num_decoder_layers,
         cfg.dropout,
@@ -171,10 +103,8 @@ class Decoder(nn.Module):
       if self.attention.HAS_CONTEXT:
         self.readout_context = nn.Dense(2 * readout_size, use_bias=False)
     elif self.attention.HAS_CONTEXT:
-      self.combine = nn.Dense(  # W_c
-          readout_size,
-          use_bias=False,
-          dot_general=lstm.dense_dot_general(cfg.explicit_weight_grads),
+      self.combine = hoisting.Projection(  # W_c
+          readout_size, cfg.explicit_weight_grads
       )
     if cfg.bridge == 'dense':
       self.bridge_c = [nn.Dense(h_size) for _ in range(cfg.num_decoder_layers)]
@@ -225,10 +155,13 @@ class Decoder(nn.Module):
       x_gates,
       train=False,
       with_weights=False,
+      probes=None,
   ):
     """One target step.
 
-    emb [B, E], x_gates [B, 4H] -> state, htilde [B, H], diagnostics.
+    emb [B, E], x_gates [B, 4H] -> state, htilde [B, H], diagnostics, and
+    with `probes` (keyed as `hoisted_widths`, each [B, out]) the inputs of
+    those kernels (else {}).
     """
     cfg = self.config
     prev_h = state.lstm[-1][1]
@@ -246,7 +179,11 @@ class Decoder(nn.Module):
       extra.append(context)
     if cfg.input_feeding and self.attention.HAS_CONTEXT:
       extra.append(state.feed)
-    carries = self.cell(state.lstm, x_gates, extra, train)
+    layers = range(cfg.num_decoder_layers)
+    cell_probes = probes and [probes[f'cell/kernel_{i}'] for i in layers]
+    carries, cell_inputs = self.cell(
+        state.lstm, x_gates, extra, train, cell_probes
+    )
     h = carries[-1][1]
     if cfg.query == 'current':
       # Luong: attend from h_t.
@@ -254,12 +191,18 @@ class Decoder(nn.Module):
       context, attention_state, diagnostics = self.attention(
           h, cache, attention_state, step_inputs, with_weights, train
       )
-    htilde = self.readout(context, h, query, emb)
+    combine_probe = probes and probes.get('combine/kernel')
+    htilde = self.readout(context, h, query, emb, combine_probe)
     htilde = self.dropout(htilde, deterministic=not train)
     state = DecoderState(
         lstm=carries, feed=htilde, attention=attention_state, t=state.t + 1
     )
-    return state, htilde, diagnostics
+    records = {}
+    if probes:
+      records = {f'cell/kernel_{i}': x for i, x in enumerate(cell_inputs)}
+      if combine_probe is not None:
+        records['combine/kernel'] = jnp.concatenate([context, h], axis=-1)
+    return state, htilde, diagnostics, records
 
   def readout_width(self) -> int:
     """Units of htilde_t."""
@@ -268,7 +211,19 @@ class Decoder(nn.Module):
       return cfg.hidden_size
     return cfg.readout_size or cfg.hidden_size
 
-  def readout(self, context, h, query, emb):
+  def hoisted_widths(self):
+    """Kernels used once per step whose gradients can be hoisted -> out width.
+
+    The LSTM stack's and W_c's (see hoisting.py).
+    """
+    cfg = self.config
+    h4 = 4 * cfg.hidden_size
+    widths = {f'cell/kernel_{i}': h4 for i in range(cfg.num_decoder_layers)}
+    if cfg.readout == 'luong' and self.attention.HAS_CONTEXT:
+      widths['combine/kernel'] = self.readout_width()
+    return widths
+
+  def readout(self, context, h, query, emb, combine_probe=None):
     """htilde_t [B, readout_width] from c_t, h_t, the query state, E y_{t-1}.
 
     'luong': tanh(W_c [c_t; h_t]) (h_t for a kind without context);
@@ -281,7 +236,9 @@ class Decoder(nn.Module):
       return pre.reshape(pre.shape[:-1] + (-1, 2)).max(-1)
     if not self.attention.HAS_CONTEXT:
       return h
-    return jnp.tanh(self.combine(jnp.concatenate([context, h], axis=-1)))
+    return jnp.tanh(
+        self.combine(jnp.concatenate([context, h], axis=-1), combine_probe)
+    )
 
   def logits(self, htilde):
     """htilde [..., H] -> float32 logits [..., V] (softmax and loss in float32)."""
@@ -312,23 +269,47 @@ class Decoder(nn.Module):
     # [T, B, E]
     emb = self.dropout(self.embed(target_in.T), deterministic=not train)
     x_gates = self.input_proj(emb)  # [T, B, 4H]
+    loop = functools.partial(
+        Decoder.loop, train=train, with_weights=with_weights
+    )
+    if self.config.hoist_weight_grads:
+      length, batch = x_gates.shape[:2]
+      loop = hoisting.hoisted_weight_grads(
+          loop,
+          {k: (length, batch, w) for k, w in self.hoisted_widths().items()},
+          x_gates.dtype,
+          self.config.explicit_weight_grads,
+      )
+      htildes, diagnostics = loop(self, cache, state, emb, x_gates)
+    else:
+      (htildes, diagnostics), _ = loop(self, cache, state, emb, x_gates, None)
+    batch_major = lambda x: jnp.swapaxes(x, 0, 1)
+    return batch_major(htildes), jax.tree_util.tree_map(
+        batch_major, diagnostics
+    )
+
+  def loop(self, cache, state, emb, x_gates, probes, train, with_weights):
+    """`step` over time-major emb [T, B, E], x_gates [T, B, 4H].
+
+    -> (htilde [T, B, H], diagnostics [T, B, ...]), the hoisted kernels'
+    inputs [T, B, in] ({} when `probes`, [T, B, out] each, is None).
+    """
 
     def body(mdl, carry, xs):
-      carry, htilde, diagnostics = mdl.step(
-          carry, cache, xs[0], xs[1], train, with_weights
+      carry, htilde, diagnostics, records = mdl.step(
+          carry, cache, xs[0], xs[1], train, with_weights, xs[2]
       )
-      return carry, (htilde, diagnostics)
+      return carry, (htilde, diagnostics, records)
 
     scan = nn.scan(
         body,
         variable_broadcast='params',
         split_rngs={'params': False, 'dropout': True},
     )
-    _, (htildes, diagnostics) = scan(self, state, (emb, x_gates))  # [T, B, ...]
-    batch_major = lambda x: jnp.swapaxes(x, 0, 1)
-    return batch_major(htildes), jax.tree_util.tree_map(
-        batch_major, diagnostics
+    _, (htildes, diagnostics, records) = scan(
+        self, state, (emb, x_gates, probes)
     )
+    return (htildes, diagnostics), records
 
   def gate_table(self):
     """Layer 0's embedding-to-gates projection of every target word [V, 4H]."""
@@ -347,7 +328,7 @@ class Decoder(nn.Module):
       x_gates = self.input_proj(emb)
     else:
       x_gates = jnp.take(gate_table, tokens, axis=0)
-    state, htilde, diagnostics = self.step(
+    state, htilde, diagnostics, _ = self.step(
         state, cache, emb, x_gates, with_weights=with_weights
     )
     return state, self.logits(htilde), diagnostics

@@ -67,7 +67,7 @@ def identity_fields(config) -> Dict[str, Any]:
 
   Every model.* field (the attention kind's own fields only, without those
   that only steer decoding) except dropout and the speed switches (compute
-  dtype, explicit_weight_grads: a float32 run can be evaluated in bfloat16
+  dtype, explicit_weight_grads, hoist_weight_grads: a float32 run can be evaluated in bfloat16
   and back), and the data fields that define the vocabularies. Flattened,
   JSON values.
   """
@@ -94,6 +94,7 @@ def identity_fields(config) -> Dict[str, Any]:
           'model.dropout',
           'model.dtype',
           'model.explicit_weight_grads',
+          'model.hoist_weight_grads',
       )
     return key in data_fields or key.startswith('data.vocab.')
 

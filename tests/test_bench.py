@@ -217,10 +217,43 @@ def test_the_performance_page_pairs_runs_and_reports_the_median_ratio(
     }
     (tmp_path / f'train_L50_t1_r{r}.json').write_text(json.dumps(result))
     write_peer_train(tmp_path / f'peer_train_L50_t1_r{r}.json', theirs, 1.0)
-  text = performance.page(str(tmp_path))
+  text = performance.page([str(tmp_path)])
   row = next(
       line for line in text.splitlines() if line.startswith('| training')
   )
   # Pairs: 1.5 and 2.0 -> median 1.75, range 1.50 - 2.00.
   assert '**1.75 [1.50 - 2.00]**' in row
   assert 'not measured' in text  # the levers and decoding were not run
+
+
+def test_the_performance_page_shows_a_gpu_run_by_wall_clock(tmp_path):
+  cpu, gpu = tmp_path / 'cpu', tmp_path / 'gpu'
+  for out, platform, device in ((cpu, 'cpu', 'cpu'), (gpu, 'gpu', 'H100')):
+    out.mkdir()
+    result = {
+        'jax': '0.0',
+        'platform': platform,
+        'device': device,
+        'this': {
+            'tokens_per_sec': 3000.0,
+            'tokens_per_cpu_sec': 1000.0,
+            'padding_fraction': 0.18,
+            'compile_s': 30.0,
+        },
+    }
+    (out / 'train_L50_t1_r1.json').write_text(json.dumps(result))
+    # The peer: 1,500 tok/s (wall) at 100% of a CPU.
+    write_peer_train(out / 'peer_train_L50_t1_r1.json', 1500.0, 1.0)
+  text = performance.page([str(cpu), str(gpu)])
+  sections = text.split('\n## ')
+  cpu_section = next(s for s in sections if s.startswith('CPU, one thread'))
+  gpu_section = next(s for s in sections if s.startswith('GPU, H100'))
+  row = lambda section: next(
+      line for line in section.splitlines() if line.startswith('| training')
+  )
+  # CPU: per CPU second first (1000 / 1500); GPU: wall first (3000 / 1500).
+  assert '**0.67**' in row(cpu_section)
+  assert '**2.00**' in row(gpu_section) and '| 0.67 |' in row(gpu_section)
+  assert 'ratio wall | ratio per host CPU s' in gpu_section
+  assert 'no accelerator was available' not in text
+  assert 'no accelerator was available' in performance.page([str(cpu)])

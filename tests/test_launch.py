@@ -1,6 +1,7 @@
 """launch/ scripts: the exact commands of --dry-run, and one-line argument errors."""
 
 import os
+import re
 import shlex
 import subprocess
 
@@ -309,3 +310,43 @@ def test_performance_runs_alternate_toolkits_on_one_pinned_core(tmp_path):
   assert who[:8] == ['peer', 'nmt_jax'] * 4
   assert not (tmp_path / 'out').exists()  # --dry-run creates nothing
   assert 'nmt_jax.tools.performance' in lines[-1]
+
+
+def test_performance_on_a_gpu_runs_both_toolkits_there_unpinned(tmp_path):
+  peer = tmp_path / 'peer'
+  (peer / 'bin').mkdir(parents=True)
+  (peer / 'runs' / 'L50').mkdir(parents=True)
+  for f in ('bin/python', 'train_bench.py', 'translate_bench.py'):
+    (peer / f).write_text('')
+  (peer / 'runs' / 'L50' / 'train.yaml').write_text('')
+  env = dict(
+      os.environ,
+      PEER_VENV=str(peer),
+      PEER_SCRIPTS=str(peer),
+      PEER_WORK=str(peer),
+      PLATFORM='gpu',
+  )
+  run = lambda: subprocess.run(
+      ['bash', 'launch/performance.sh', str(tmp_path / 'out'), '--dry-run'],
+      cwd=ROOT,
+      env=env,
+      capture_output=True,
+      text=True,
+      timeout=60,
+  )
+  result = run()
+  assert result.returncode == 0, result.stderr
+  timed = [shlex.split(line) for line in result.stdout.splitlines()[:-1]]
+  assert not any('taskset' in args or '--threads=1' in args for args in timed)
+  trains = [a for a in timed if any('train_bench.py' in x for x in a)]
+  decodes = [a for a in timed if any('translate_bench.py' in x for x in a)]
+  assert trains and all(
+      a[-4:] == ['-world_size', '1', '-gpu_ranks', '0'] for a in trains
+  )
+  assert decodes and all(a[a.index('-gpu') + 1] == '0' for a in decodes)
+  # No all-cores part: every run is one process.
+  assert not any(re.search(r'_t(?!1_)\d+_', ' '.join(a)) for a in timed)
+  env['PLATFORM'] = 'tpu'
+  result = run()
+  assert result.returncode == 2
+  assert result.stderr.strip() == 'error: PLATFORM=tpu: use cpu or gpu'

@@ -1,12 +1,14 @@
 """Writes docs/performance.md from the JSON files of launch/performance.sh.
 
-  python -m nmt_jax.tools.performance OUT [--output=docs/performance.md]
+  python -m nmt_jax.tools.performance OUT [OUT ...] [--output=docs/performance.md]
 
-OUT holds `bench` results (train_L50_t1_r1.json, decode_L50_t1_r1.json,
+Each OUT (one per machine: a CPU run, a GPU run) holds `bench` results (train_L50_t1_r1.json, decode_L50_t1_r1.json,
 lever_*.json, train_memory_chunk*.json) and the OpenNMT-py scripts' files
 (peer_train_L50_t1_r1.json, peer_decode_L50_b10_t1_r1.json). Ratios are
 taken per pair (repeat r of nmt_jax against repeat r of the peer, run one
 after the other on the same core), then summarised by their median and range.
+A directory whose `bench` files say `platform: gpu` (or tpu) gets sections
+named after its device, with wall-clock rates first.
 """
 
 import argparse
@@ -30,6 +32,11 @@ same model and data, and what each speed lever is worth alone. Written by
 PEER_VENV=/tmp/peer_onmt PEER_SCRIPTS=DIR PEER_WORK=/tmp/onmt_work \\
   bash launch/performance.sh /tmp/perf --output=docs/performance.md
 ```
+
+On a GPU machine the same command with `PLATFORM=gpu` (a CUDA build of JAX,
+and of torch in `PEER_VENV`) times both toolkits there (OpenNMT-py with
+`-gpu_ranks 0` / `-gpu 0`, cuDNN's LSTM); the page then takes both runs:
+`python -m nmt_jax.tools.performance /tmp/perf /tmp/perf_gpu`.
 
 The model is Britz et al.'s copy-task model: 2-layer bidirectional LSTM
 encoder (2 x 128 units), 2-layer LSTM decoder (256), general attention, input
@@ -103,19 +110,21 @@ def _pairs(ours: Dict[int, float], theirs: Dict[int, float]) -> List[float]:
   return [ours[r] / theirs[r] for r in sorted(ours) if r in theirs]
 
 
-def _row(figure, length, ours, theirs, rate: str, notes: str) -> str:
+def _row(figure, length, ours, theirs, rate: str, notes: str, first) -> str:
   """A table row from {repeat: figures} of nmt_jax and of the peer.
 
   `rate`: 'tokens' or 'sentences' (the figures' `<rate>_per_sec` and
-  `<rate>_per_cpu_sec`).
+  `<rate>_per_cpu_sec`); `first`: 'cpu' (per CPU second, then wall) or
+  'wall' (on an accelerator: wall, then per CPU second of the host).
   """
   pick = lambda runs, key: {r: x[key] for r, x in runs.items()}
-  cpu, wall = f'{rate}_per_cpu_sec', f'{rate}_per_sec'
+  keys = [f'{rate}_per_cpu_sec', f'{rate}_per_sec']
+  main, second = keys if first == 'cpu' else keys[::-1]
   return (
-      f'| {figure} | {length} | {_rate(pick(ours, cpu).values())} '
-      f'| {_rate(pick(theirs, cpu).values())} '
-      f'| **{_summary(_pairs(pick(ours, cpu), pick(theirs, cpu)))}** '
-      f'| {_summary(_pairs(pick(ours, wall), pick(theirs, wall)))} '
+      f'| {figure} | {length} | {_rate(pick(ours, main).values())} '
+      f'| {_rate(pick(theirs, main).values())} '
+      f'| **{_summary(_pairs(pick(ours, main), pick(theirs, main)))}** '
+      f'| {_summary(_pairs(pick(ours, second), pick(theirs, second)))} '
       f'| {notes} |'
   )
 
@@ -125,7 +134,7 @@ def _bench_runs(out: str, pattern: str):
   return {r: _load(p)['this'] for r, p in _runs(out, pattern).items()}
 
 
-def training_rows(out: str, threads: int) -> List[str]:
+def training_rows(out: str, threads: int, first: str = 'cpu') -> List[str]:
   rows = []
   for length in (50, 100, 200):
     ours = _bench_runs(out, f'train_L{length}_t{threads}_r{{r}}.json')
@@ -144,7 +153,7 @@ def training_rows(out: str, threads: int) -> List[str]:
         f'compile {compile_s:.0f} s'
     )
     figure = 'training, target tok/s'
-    rows.append(_row(figure, length, ours, theirs, 'tokens', notes))
+    rows.append(_row(figure, length, ours, theirs, 'tokens', notes, first))
   return rows
 
 
@@ -156,7 +165,7 @@ def _peer_padding(theirs) -> str:
   )
 
 
-def decoding_rows(out: str, threads: int) -> List[str]:
+def decoding_rows(out: str, threads: int, first: str = 'cpu') -> List[str]:
   rows = []
   for length in (50, 100, 200):
     runs = _bench_runs(out, f'decode_L{length}_t{threads}_r{{r}}.json')
@@ -173,15 +182,24 @@ def decoding_rows(out: str, threads: int) -> List[str]:
       compile_s = statistics.median(x['compile_s'] for x in ours.values())
       figure = f'decoding {label}, sent/s'
       notes = f'compile {compile_s:.0f} s'
-      rows.append(_row(figure, length, ours, theirs, 'sentences', notes))
+      rows.append(
+          _row(figure, length, ours, theirs, 'sentences', notes, first)
+      )
   return rows
 
 
-TABLE_HEAD = (
-    '| figure | L | nmt_jax, per CPU s | OpenNMT-py, per CPU s '
-    '| ratio per CPU s | ratio wall | notes |\n'
-    '|---|---:|---:|---:|---:|---:|---|'
-)
+TABLE_HEAD = {
+    'cpu': (
+        '| figure | L | nmt_jax, per CPU s | OpenNMT-py, per CPU s '
+        '| ratio per CPU s | ratio wall | notes |\n'
+        '|---|---:|---:|---:|---:|---:|---|'
+    ),
+    'wall': (
+        '| figure | L | nmt_jax, per s | OpenNMT-py, per s '
+        '| ratio wall | ratio per host CPU s | notes |\n'
+        '|---|---:|---:|---:|---:|---:|---|'
+    ),
+}
 
 
 def _decode_pairs(this, other) -> List[float]:
@@ -214,6 +232,14 @@ def lever_rows(out: str) -> List[str]:
           (
               'weight gradients as a GEMM on an explicit transpose '
               '(`model.explicit_weight_grads`, on by default) vs off'
+          ),
+      ),
+      (
+          'lever_hoist_weight_grads.json',
+          (
+              "the decoder's per-step kernel gradients as one GEMM after its"
+              ' backward loop (`model.hoist_weight_grads`, on by default) vs'
+              ' off'
           ),
       ),
       (
@@ -253,13 +279,6 @@ def lever_rows(out: str) -> List[str]:
           for k in speedup
       )
     rows.append(f'| {what} | {shown} | {notes} |')
-  rows.append(
-      "| the decoder's per-step kernel gradients hoisted out of its backward"
-      ' loop | not built | the decoder loop is differentiated by `nn.scan`,'
-      " which adds each step's kernel gradient inside the backward loop;"
-      ' hoisting them (one GEMM over all steps, as `lstm.py` does for the'
-      ' encoder) needs a hand-written VJP of the whole decoder loop |'
-  )
   return rows
 
 
@@ -274,11 +293,21 @@ def memory_rows(out: str) -> List[str]:
   return rows
 
 
-def _machine(out: str) -> str:
-  sample = next(
-      iter(sorted(glob.glob(os.path.join(out, 'train_L*.json')))), None
-  )
-  cpu = 'unknown CPU'
+def _platform(out: str):
+  """(platform, device kind, JAX version) of the bench files in `out`."""
+  for path in sorted(glob.glob(os.path.join(out, '*.json'))):
+    result = _load(path)
+    if 'platform' in result or 'jax' in result:
+      return (
+          result.get('platform', 'cpu'),
+          result.get('device', 'cpu'),
+          result.get('jax', 'unknown'),
+      )
+  return 'cpu', 'cpu', 'unknown'
+
+
+def _cpu_name() -> str:
+  """This machine's CPU (the page is written where the CPU runs were made)."""
   if os.path.exists('/proc/cpuinfo'):
     with open('/proc/cpuinfo') as f:
       names = [
@@ -287,47 +316,50 @@ def _machine(out: str) -> str:
           if line.startswith('model name')
       ]
     if names:
-      cpu = f'{names[0]}, {len(names)} cores'
-  jax_version = _load(sample)['jax'] if sample else 'unknown'
-  return f'{cpu}; JAX {jax_version}'
+      return f'{names[0]}, {len(names)} cores'
+  return 'unknown CPU'
 
 
-def page(out: str) -> str:
-  """The page's markdown from the JSON files in `out`."""
-  parts = [HEADER]
-  parts.append(
-      f'Measured {datetime.date.today().isoformat()} on {_machine(out)}.\n'
-  )
-  for threads, title in ((1, 'one thread'), (None, 'all cores')):
-    if threads is None:
-      found = glob.glob(os.path.join(out, 'train_L50_t*_r1.json'))
-      counts = sorted(int(re.search(r'_t(\d+)_', p).group(1)) for p in found)
-      counts = [c for c in counts if c > 1]
-      if not counts:
-        continue
-      threads = counts[-1]
-      title = f'all cores ({threads} threads)'
-    parts.append(f'## CPU, {title}\n\n{TABLE_HEAD}')
-    parts.extend(training_rows(out, threads) + decoding_rows(out, threads))
-    parts.append('')
-  parts.append(
-      '## Levers, each alone (CPU, one thread, L = 50)\n\n'
-      'Each against the default config in the same process, alternating '
-      'repetitions (`bench --compare`); speedup = the lever on / off, per '
-      'pair of repetitions: median [min - max].\n\n'
-      '| lever | speedup | figures |\n|---|---:|---|'
-  )
-  parts.extend(lever_rows(out))
-  kinds = os.path.join(out, 'kinds_L200.json')
-  if os.path.exists(kinds):
-    result = _load(kinds)
-    parts.append(
-        '\n## Attention kinds at L = 200 (CPU, one thread)\n\n'
+def _measured(out: str) -> str:
+  """The day of the newest file in `out`."""
+  times = [os.path.getmtime(p) for p in glob.glob(os.path.join(out, '*'))]
+  day = datetime.date.fromtimestamp(max(times)) if times else None
+  return (day or datetime.date.today()).isoformat()
+
+
+KINDS = (
+    (
+        'kinds_L200.json',
+        'memory K = 64 against global general attention, L = 200',
         'Decoding 256 copy-task sentences of up to 200 tokens (random '
-        'weights, each hypothesis as long as its reference), memory K = 64 '
-        'against global general attention, alternating in one process.\n\n'
-        '| mode | memory ms/sent | global ms/sent | memory speedup |\n'
-        '|---|---:|---:|---:|'
+        'weights, each hypothesis as long as its reference), alternating in '
+        'one process.',
+        ('memory', 'global'),
+    ),
+    (
+        'kinds_flexible_L150.json',
+        'flexible attention (tau = 1.2) against global general, L = 150',
+        'Decoding 256 copy-task sentences of up to 150 tokens (random '
+        "weights, each hypothesis as long as its reference). Flexible's pruned"
+        ' path scores only the positions its window keeps; with random'
+        ' weights the focus barely moves, so this is the cost of the'
+        ' machinery at a narrow window, not a trained model\'s.',
+        ('flexible', 'global'),
+    ),
+)
+
+
+def kind_sections(out: str, where: str) -> List[str]:
+  parts = []
+  for name, title, text, (this_name, other_name) in KINDS:
+    path = os.path.join(out, name)
+    if not os.path.exists(path):
+      continue
+    result = _load(path)
+    parts.append(
+        f'\n## Attention: {title} ({where})\n\n{text}\n\n'
+        f'| mode | {this_name} ms/sent | {other_name} ms/sent '
+        f'| {this_name} speedup |\n|---|---:|---:|---:|'
     )
     for label, speedup in result.get('speedup', {}).items():
       parts.append(
@@ -335,6 +367,37 @@ def page(out: str) -> str:
           f"| {result['other'][label]['ms_per_sentence']:.2f} "
           f'| x{speedup:.2f} |'
       )
+  return parts
+
+
+def sections(out: str) -> List[str]:
+  """The sections of one directory of runs (one machine)."""
+  platform, device, jax_version = _platform(out)
+  on_cpu = platform == 'cpu'
+  machine = _cpu_name() if on_cpu else f'{platform.upper()} {device}'
+  parts = [f'Measured {_measured(out)} on {machine}; JAX {jax_version}.\n']
+  runs = [(1, 'CPU, one thread' if on_cpu else f'{platform.upper()}, {device}')]
+  found = glob.glob(os.path.join(out, 'train_L50_t*_r1.json'))
+  counts = sorted(int(re.search(r'_t(\d+)_', p).group(1)) for p in found)
+  if on_cpu and counts and counts[-1] > 1:
+    runs.append((counts[-1], f'CPU, all cores ({counts[-1]} threads)'))
+  first = 'cpu' if on_cpu else 'wall'
+  for threads, title in runs:
+    parts.append(f'## {title}\n\n{TABLE_HEAD[first]}')
+    parts.extend(
+        training_rows(out, threads, first) + decoding_rows(out, threads, first)
+    )
+    parts.append('')
+  where = runs[0][1]
+  parts.append(
+      f'## Levers, each alone ({where}, L = 50)\n\n'
+      'Each against the default config in the same process, alternating '
+      'repetitions (`bench --compare`); speedup = the lever on / off, per '
+      'pair of repetitions: median [min - max].\n\n'
+      '| lever | speedup | figures |\n|---|---:|---|'
+  )
+  parts.extend(lever_rows(out))
+  parts.extend(kind_sections(out, where))
   memory = memory_rows(out)
   if memory:
     parts.append(
@@ -346,12 +409,23 @@ def page(out: str) -> str:
         '|---|---:|---:|---:|'
     )
     parts.extend(memory)
-  parts.append(
-      '\n## GPU and TPU\n\n'
-      'Not measured: no accelerator was available for these runs. The same '
-      'command runs there unchanged (`bench` reports the platform, device '
-      'kind and count, dtype and peak device memory in every JSON file).\n'
-  )
+  return parts
+
+
+def page(outs: Sequence[str]) -> str:
+  """The page's markdown from the JSON files in each directory of `outs`."""
+  parts = [HEADER]
+  for out in outs:
+    parts.extend(sections(out))
+    parts.append('')
+  if all(_platform(out)[0] == 'cpu' for out in outs):
+    parts.append(
+        '## GPU and TPU\n\n'
+        'Not measured: no accelerator was available for these runs. The '
+        'same command runs there with `PLATFORM=gpu` (`bench` reports the '
+        'platform, device kind and count, dtype and peak device memory in '
+        'every JSON file).\n'
+    )
   return '\n'.join(parts)
 
 
@@ -362,11 +436,14 @@ def main(argv=None):
       prog='python -m nmt_jax.tools.performance',
       description='Writes docs/performance.md from launch/performance.sh runs.',
   )
-  parser.add_argument('out', help='the directory of the JSON files')
+  parser.add_argument(
+      'out', nargs='+', help='directories of JSON files, one per machine'
+  )
   parser.add_argument('--output', default='docs/performance.md')
   args = parser.parse_args(argv)
-  if not os.path.isdir(args.out):
-    parser.error(f'{args.out} is not a directory of launch/performance.sh runs')
+  for out in args.out:
+    if not os.path.isdir(out):
+      parser.error(f'{out} is not a directory of launch/performance.sh runs')
   text = page(args.out)
   with open(args.output, 'w') as f:
     f.write(text)
