@@ -8,20 +8,21 @@ closer to peak.
 
 `hoisted_weight_grads` gets there with probes. The loop is written as
 `loop(module, *args, probes) -> (outputs, records)`. Each hoisted product is
-`project(x_t, kernel, probe_t)`: x_t @ stop_gradient(kernel) + probe_t, with
-probe_t a zero [B, out] input scanned over time. The kernel then receives no
-gradient inside the loop, while the probe's cotangent is exactly dz_t, which
-the backward loop writes out as one stacked [T, B, out] array instead of
-folding it into the kernel. The loop returns every x_t (its `records`), and
-the custom VJP adds X^T DZ to the kernel's gradient after the loop. Values
-and gradients equal plain autodiff's up to float rounding
-(tests/test_model.py).
+`lstm.project(x_t, kernel, ..., probe_t)` = x_t @ stop_gradient(kernel) +
+probe_t, with probe_t a zero [B, out] input scanned over time. The kernel
+then receives no gradient inside the loop, while the probe's cotangent is
+exactly dz_t, which the backward loop writes out as one stacked [T, B, out]
+array instead of folding it into the kernel. The loop returns every x_t (its
+`records`), and the custom VJP adds X^T DZ to the kernel's gradient after
+the loop. Values and gradients equal plain autodiff's up to float rounding
+(tests/test_hoisting.py). The decoding loops never see probes: without a
+gradient the plain loop runs.
 """
 
 from typing import Callable, Dict
 
+from flax import traverse_util
 import flax.linen as nn
-import jax
 import jax.numpy as jnp
 
 from nmt_jax import lstm
@@ -72,16 +73,13 @@ def hoisted_weight_grads(
   def backward(residuals, d_outputs):
     vjp_fn, records = residuals
     params_t, *args_t, d_probes = vjp_fn(d_outputs)
-    params_t = jax.tree_util.tree_map(lambda x: x, params_t)  # a copy
+    grads = traverse_util.flatten_dict(params_t['params'], sep='/')
     for key, x in records.items():
       dz = d_probes[key]
-      node = params_t['params']
-      *parents, name = key.split('/')
-      for parent in parents:
-        node = node[parent]
-      node[name] = node[name] + lstm.weight_grad(
+      grads[key] = grads[key] + lstm.weight_grad(
           x.reshape(-1, x.shape[-1]), dz.reshape(-1, dz.shape[-1]), explicit
-      ).astype(node[name].dtype)
+      ).astype(grads[key].dtype)
+    params_t = dict(params_t, params=traverse_util.unflatten_dict(grads, '/'))
     return (params_t, *args_t)
 
   return nn.custom_vjp(plain, forward, backward)

@@ -182,9 +182,7 @@ def decoding_rows(out: str, threads: int, first: str = 'cpu') -> List[str]:
       compile_s = statistics.median(x['compile_s'] for x in ours.values())
       figure = f'decoding {label}, sent/s'
       notes = f'compile {compile_s:.0f} s'
-      rows.append(
-          _row(figure, length, ours, theirs, 'sentences', notes, first)
-      )
+      rows.append(_row(figure, length, ours, theirs, 'sentences', notes, first))
   return rows
 
 
@@ -331,19 +329,23 @@ KINDS = (
     (
         'kinds_L200.json',
         'memory K = 64 against global general attention, L = 200',
-        'Decoding 256 copy-task sentences of up to 200 tokens (random '
-        'weights, each hypothesis as long as its reference), alternating in '
-        'one process.',
+        (
+            'Decoding 256 copy-task sentences of up to 200 tokens (random'
+            ' weights, each hypothesis as long as its reference), alternating'
+            ' in one process.'
+        ),
         ('memory', 'global'),
     ),
     (
         'kinds_flexible_L150.json',
         'flexible attention (tau = 1.2) against global general, L = 150',
-        'Decoding 256 copy-task sentences of up to 150 tokens (random '
-        "weights, each hypothesis as long as its reference). Flexible's pruned"
-        ' path scores only the positions its window keeps; with random'
-        ' weights the focus barely moves, so this is the cost of the'
-        ' machinery at a narrow window, not a trained model\'s.',
+        (
+            'Decoding 256 copy-task sentences of up to 150 tokens (random'
+            " weights, each hypothesis as long as its reference). Flexible's"
+            ' pruned path scores only the positions its window keeps; with'
+            ' random weights the focus barely moves, so this is the cost of the'
+            " machinery at a narrow window, not a trained model's."
+        ),
         ('flexible', 'global'),
     ),
 )
