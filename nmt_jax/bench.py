@@ -37,6 +37,7 @@ from nmt_jax import errors
 from nmt_jax import writers
 from nmt_jax.tools import bench
 from nmt_jax.tools import bench_data
+from nmt_jax.tools import hlo
 from nmt_jax.tools import peer
 
 _CONFIG = config_flags.DEFINE_config_file(
@@ -121,6 +122,8 @@ def print_table(result: Dict[str, Any]):
             f'{k} {v:,.2f}' for k, v in value.items() if isinstance(v, float)
         )
         print(f'  {key:<10} {shown}')
+      elif key == 'loop_ops':
+        print(f'  {key:<28} {hlo.largest(value, 4)} (ops/dots per iteration)')
       elif isinstance(value, float):
         print(f'  {key:<28} {value:,.3f}')
       else:

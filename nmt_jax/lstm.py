@@ -83,6 +83,13 @@ def project(x, kernel, explicit_weight_grads: bool, probe=None):
   return x @ jax.lax.stop_gradient(kernel) + probe
 
 
+def dropout(x, keep, rate: float):
+  """x with dropout by a drawn keep mask (as nn.Dropout); x if keep is None."""
+  if keep is None:
+    return x
+  return jnp.where(keep, x / (1.0 - rate), jnp.zeros_like(x))
+
+
 def _gate_activations(gates):
   """gates [B, 4H] -> sigmoid of all four gate blocks [B, 4, H], tanh(g) [B, H].
 
@@ -324,11 +331,13 @@ class StackedLSTMCell(nn.Module):
   explicit_weight_grads: bool = True  # see weight_grad
 
   @nn.compact
-  def __call__(self, carries, x_gates, extra, train, probes=None):
+  def __call__(self, carries, x_gates, extra, keep=None, probes=None):
     """One step of the stack -> new carries, each kernel's input.
 
     carries: per layer (c, h) [B, H]; x_gates [B, 4H]; extra: list of [B, *];
-    probes: None or per layer [B, 4H]. The inputs are per layer [B, in + H].
+    keep: None (no dropout) or the dropout keep masks [B, H] of the inputs
+    of layers 1.. ('layer_1', ...); probes: None or per layer [B, 4H]. The
+    kernels' inputs are per layer [B, in + H].
     """
     h_size = self.features
     new, kernel_inputs = [], []
@@ -339,7 +348,9 @@ class StackedLSTMCell(nn.Module):
         inputs = jnp.concatenate(list(extra) + [carry[1]], axis=-1)
         bias = x_gates
       else:
-        below = nn.Dropout(self.dropout)(new[-1][1], deterministic=not train)
+        below = dropout(
+            new[-1][1], keep and keep[f'layer_{layer}'], self.dropout
+        )
         inputs = jnp.concatenate([below, carry[1]], axis=-1)  # [B, 2H]
         bias = self.param(
             f'bias_{layer}',

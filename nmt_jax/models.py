@@ -155,13 +155,15 @@ class Decoder(nn.Module):
       x_gates,
       train=False,
       with_weights=False,
+      keep=None,
       probes=None,
   ):
     """One target step.
 
     emb [B, E], x_gates [B, 4H] -> state, htilde [B, H], diagnostics, and
     with `probes` (keyed as `hoisted_widths`, each [B, out]) the inputs of
-    those kernels (else {}).
+    those kernels (else {}). `keep`: this step's dropout masks (see
+    `dropout_masks`; None: no dropout).
     """
     cfg = self.config
     prev_h = state.lstm[-1][1]
@@ -182,7 +184,7 @@ class Decoder(nn.Module):
     layers = range(cfg.num_decoder_layers)
     cell_probes = probes and [probes[f'cell/kernel_{i}'] for i in layers]
     carries, cell_inputs = self.cell(
-        state.lstm, x_gates, extra, train, cell_probes
+        state.lstm, x_gates, extra, keep, cell_probes
     )
     h = carries[-1][1]
     if cfg.query == 'current':
@@ -193,7 +195,7 @@ class Decoder(nn.Module):
       )
     combine_probe = probes and probes.get('combine/kernel')
     htilde = self.readout(context, h, query, emb, combine_probe)
-    htilde = self.dropout(htilde, deterministic=not train)
+    htilde = lstm.dropout(htilde, keep and keep['htilde'], cfg.dropout)
     state = DecoderState(
         lstm=carries, feed=htilde, attention=attention_state, t=state.t + 1
     )
@@ -269,6 +271,7 @@ class Decoder(nn.Module):
     # [T, B, E]
     emb = self.dropout(self.embed(target_in.T), deterministic=not train)
     x_gates = self.input_proj(emb)  # [T, B, 4H]
+    keep = self.dropout_masks(*x_gates.shape[:2], train)
     loop = functools.partial(
         Decoder.loop, train=train, with_weights=with_weights
     )
@@ -280,24 +283,28 @@ class Decoder(nn.Module):
           x_gates.dtype,
           self.config.explicit_weight_grads,
       )
-      htildes, diagnostics = loop(self, cache, state, emb, x_gates)
+      htildes, diagnostics = loop(self, cache, state, emb, x_gates, keep)
     else:
-      (htildes, diagnostics), _ = loop(self, cache, state, emb, x_gates, None)
+      (htildes, diagnostics), _ = loop(
+          self, cache, state, emb, x_gates, keep, None
+      )
     batch_major = lambda x: jnp.swapaxes(x, 0, 1)
     return batch_major(htildes), jax.tree_util.tree_map(
         batch_major, diagnostics
     )
 
-  def loop(self, cache, state, emb, x_gates, probes, train, with_weights):
+  def loop(self, cache, state, emb, x_gates, keep, probes, train, with_weights):
     """`step` over time-major emb [T, B, E], x_gates [T, B, 4H].
 
+    keep: None or the dropout masks [T, B, ...] of `dropout_masks`.
     -> (htilde [T, B, H], diagnostics [T, B, ...]), the hoisted kernels'
     inputs [T, B, in] ({} when `probes`, [T, B, out] each, is None).
     """
 
     def body(mdl, carry, xs):
+      emb_t, x_gates_t, keep_t, probes_t = xs
       carry, htilde, diagnostics, records = mdl.step(
-          carry, cache, xs[0], xs[1], train, with_weights, xs[2]
+          carry, cache, emb_t, x_gates_t, train, with_weights, keep_t, probes_t
       )
       return carry, (htilde, diagnostics, records)
 
@@ -307,9 +314,29 @@ class Decoder(nn.Module):
         split_rngs={'params': False, 'dropout': True},
     )
     _, (htildes, diagnostics, records) = scan(
-        self, state, (emb, x_gates, probes)
+        self, state, (emb, x_gates, keep, probes)
     )
     return (htildes, diagnostics), records
+
+  def dropout_masks(self, length, batch, train):
+    """Keep masks [T, B, width] of the dropout inside the loop, or None.
+
+    Between the LSTM layers ('layer_1', ...) and on htilde ('htilde'), drawn
+    at once before the loop (as nn.Dropout would per step): random bits
+    inside the loop would add a chain of small RNG kernels to every step.
+    None outside training or without dropout.
+    """
+    cfg = self.config
+    if not train or not cfg.dropout:
+      return None
+    widths = {'htilde': self.readout_width()}
+    for layer in range(1, cfg.num_decoder_layers):
+      widths[f'layer_{layer}'] = cfg.hidden_size
+    keys = jax.random.split(self.make_rng('dropout'), len(widths))
+    return {
+        name: jax.random.bernoulli(key, 1.0 - cfg.dropout, (length, batch, w))
+        for key, (name, w) in zip(keys, sorted(widths.items()))
+    }
 
   def gate_table(self):
     """Layer 0's embedding-to-gates projection of every target word [V, 4H]."""

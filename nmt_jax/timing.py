@@ -21,9 +21,19 @@ def shape_key(args) -> Hashable:
   )
 
 
+class ByShape:
+  """Executables compiled per argument shape, called like the function."""
+
+  def __init__(self):
+    self.executables: Dict[Hashable, Any] = {}
+
+  def __call__(self, *args):
+    return self.executables[shape_key(args)](*args)
+
+
 def compile_by_shape(
     jitted, calls: Iterable[Tuple], warm: bool = True
-) -> Tuple[Callable[..., Any], float]:
+) -> Tuple[ByShape, float]:
   """Compiles `jitted` once for each distinct argument shape among `calls`.
 
   Returns (a function running the executable compiled for its arguments'
@@ -32,17 +42,13 @@ def compile_by_shape(
   function donates its arguments.
   """
   start = time.perf_counter()
-  executables: Dict[Hashable, Any] = {}
+  run = ByShape()
   for args in calls:
     key = shape_key(args)
-    if key not in executables:
-      executables[key] = jitted.lower(*args).compile()
+    if key not in run.executables:
+      run.executables[key] = jitted.lower(*args).compile()
       if warm:
-        jax.block_until_ready(executables[key](*args))
-
-  def run(*args):
-    return executables[shape_key(args)](*args)
-
+        jax.block_until_ready(run.executables[key](*args))
   return run, time.perf_counter() - start
 
 

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from nmt_jax import errors
+from nmt_jax import lstm
 from nmt_jax import models
 from nmt_jax import validation
 from tests import helpers
@@ -275,3 +276,53 @@ def test_tied_embeddings_need_a_matching_width():
   config.model.readout_size = 8
   with pytest.raises(errors.ConfigError, match='model.tie_embeddings'):
     validation.resolve(config)
+
+
+def test_decoder_dropout_masks_drop_their_rate():
+  config = helpers.tiny_config('global', dropout=0.3, num_decoder_layers=3)
+  model = helpers.make_model(config)
+  params = helpers.init_params(model)
+  source, target_in, _ = helpers.random_batch(
+      np.random.default_rng(0), 64, 9, 12
+  )
+  rngs = {'dropout': jax.random.key(5)}
+  masks = model.apply(
+      {'params': params},
+      12,
+      64,
+      True,
+      rngs=rngs,
+      method=lambda m, *a: m.decoder.dropout_masks(*a),
+  )
+  assert sorted(masks) == ['htilde', 'layer_1', 'layer_2']
+  for keep in masks.values():
+    assert keep.shape == (12, 64, 16) and keep.dtype == jnp.bool_
+    assert abs(float(jnp.mean(keep)) - 0.7) < 0.02
+  assert (
+      model.apply(
+          {'params': params},
+          12,
+          64,
+          False,
+          method=lambda m, *a: m.decoder.dropout_masks(*a),
+      )
+      is None
+  )
+  # Teacher forcing drops htilde at the rate (tanh is never exactly 0).
+  htilde, _ = model.apply(
+      {'params': params},
+      source,
+      target_in,
+      True,
+      rngs=rngs,
+      method=models.Seq2Seq.features,
+  )
+  assert abs(float(jnp.mean(htilde == 0)) - 0.3) < 0.02
+
+
+def test_dropout_scales_what_it_keeps():
+  x = jnp.arange(1.0, 7.0).reshape(2, 3)
+  keep = jnp.array([[True, False, True], [False, True, True]])
+  expected = np.where(np.asarray(keep), np.asarray(x) / 0.75, 0.0)
+  np.testing.assert_allclose(lstm.dropout(x, keep, 0.25), expected)
+  assert lstm.dropout(x, None, 0.25) is x

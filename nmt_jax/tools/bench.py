@@ -2,8 +2,9 @@
 
 train_memory: XLA's memory plan of one training step (no data, nothing run).
 train:  steady-state target tokens/s (real, non-PAD tokens), compile time,
-        peak RSS, and the step's dense GFLOP/s next to XLA's rate on a plain
-        [128, 768] x [768, 1024] matmul at the same thread count.
+        peak RSS, the step's dense GFLOP/s next to XLA's rate on a plain
+        [128, 768] x [768, 1024] matmul at the same thread count, and the
+        operations (kernels) one iteration of each of its loops runs.
 decode: ms per sentence and sentences/s over the evaluation split for greedy,
         beam (decode.beam_size) and teacher-forced decoding, and the average
         attention window.
@@ -37,6 +38,7 @@ from nmt_jax import train
 from nmt_jax import validation
 from nmt_jax import workdirs
 from nmt_jax.data import batching
+from nmt_jax.tools import hlo
 from nmt_jax.vocab import EOS
 from nmt_jax.vocab import PAD
 
@@ -143,6 +145,8 @@ def bench_train(
   compiled_step, compile_s = timing.compile_by_shape(
       step_fn, [(state, sample) for sample in samples], warm=False
   )
+  longest = compiled_step.executables[timing.shape_key((state, samples[-1]))]
+  loops = hlo.loop_ops(longest.as_text())
 
   def run(first_step):
     nonlocal state
@@ -193,6 +197,9 @@ def bench_train(
       'matmul_gflops_per_sec': rate,
       'fraction_of_matmul_rate': gflops / rate,
       'tokens_per_sec_runs': [r[1] / r[0] for r in results],
+      # Per iteration of each loop of the longest bucket's step (encoder
+      # layers, the decoder forward, their backward passes).
+      'loop_ops': loops,
   }
 
 

@@ -1,0 +1,103 @@
+"""What one iteration of each loop of a compiled program runs.
+
+An LSTM decoder is a `while` loop of small operations: its speed on an
+accelerator is set by how many kernels one step launches as much as by its
+FLOPs. `loop_ops` reads the optimized HLO of a compiled executable
+(`jax.jit(f).lower(...).compile().as_text()`) and counts, for every while
+loop, the operations its body runs per iteration (fusions, dots, custom
+calls, copies...; not the parameter/tuple bookkeeping, which launches
+nothing). The count is the backend's own: after XLA fused what it could on
+that platform.
+"""
+
+import re
+from typing import Dict, List
+
+# Bookkeeping that runs no kernel.
+FREE_OPS = frozenset({
+    'parameter',
+    'get-tuple-element',
+    'tuple',
+    'constant',
+    'bitcast',
+    'after-all',
+    'opt-barrier',
+})
+
+_HEADER = re.compile(r'^(?:ENTRY\s+)?%?([\w.\-]+)\s+\(.*\{\s*$')
+_INSTRUCTION = re.compile(
+    r'^\s+(?:ROOT\s+)?%?[\w.\-]+\s*=\s*.*?\s([a-z][a-z0-9\-]*)\((.*)$'
+)
+_NAME = re.compile(r'^\s+(?:ROOT\s+)?%?([\w.\-]+)')
+_TARGET = re.compile(r'custom_call_target="([^"]+)"')
+_BODY = re.compile(r'body=%?([\w.\-]+)')
+_TRIP_COUNT = re.compile(r'"known_trip_count":\{"n":"(\d+)"')
+
+
+def _computations(hlo_text: str) -> Dict[str, List[str]]:
+  """name -> the opcodes of its instructions, in order."""
+  computations, current = {}, None
+  for line in hlo_text.splitlines():
+    header = _HEADER.match(line)
+    if header:
+      current = computations.setdefault(header.group(1), [])
+      continue
+    if line.strip() == '}':
+      current = None
+      continue
+    match = _INSTRUCTION.match(line)
+    if match and current is not None:
+      current.append((match.group(1), line))
+  return computations
+
+
+def loop_ops(hlo_text: str) -> List[Dict[str, int]]:
+  """Every while loop: {'trip_count' (0 if unknown), 'ops', 'dots'}.
+
+  `ops` counts the operations one iteration of the body runs (a nested
+  loop counts as one, and is listed on its own); `dots` how many of them
+  are or contain a matrix product (a dot, or a fusion/custom call whose
+  name or target says so). Loops are listed in the order they appear.
+  """
+  computations = _computations(hlo_text)
+  loops = []
+  for instructions in computations.values():
+    for opcode, line in instructions:
+      if opcode != 'while':
+        continue
+      body = _BODY.search(line)
+      trip = _TRIP_COUNT.search(line)
+      ops = [
+          (op, text)
+          for op, text in computations.get(body.group(1) if body else '', [])
+          if op not in FREE_OPS
+      ]
+      loops.append({
+          'trip_count': int(trip.group(1)) if trip else 0,
+          'ops': len(ops),
+          'dots': sum(_is_dot(op, text) for op, text in ops),
+      })
+  return loops
+
+
+def _is_dot(opcode: str, line: str) -> bool:
+  if opcode in ('dot', 'convolution'):
+    return True
+  if opcode not in ('fusion', 'custom-call'):
+    return False
+  # Matrix products wrapped by the backend (XLA:CPU's YNNPACK fusions, GPU
+  # GEMM fusions, cuBLAS custom calls), told by the instruction's name and
+  # call target.
+  name = _NAME.match(line).group(1)
+  target = _TARGET.search(line)
+  label = name + ' ' + (target.group(1) if target else '')
+  return bool(re.search(r'ynn_fusion|gemm|cublas|matmul|^dot', label))
+
+
+def largest(loops: List[Dict[str, int]], count: int = 2) -> str:
+  """'ops/dots' of the `count` loop bodies with the most operations.
+
+  In a training step these are the decoder's forward and backward loops.
+  """
+  top = sorted(loops, key=lambda loop: -loop['ops'])[:count]
+  return ', '.join(f"{loop['ops']}/{loop['dots']}" for loop in top)

@@ -1,0 +1,112 @@
+"""The prose of docs/performance.md: what was run and what each figure is."""
+
+HEADER = """# Performance
+
+How fast nmt_jax trains and decodes against OpenNMT-py 3.5.1 (PyTorch) on the
+same model and data, and what each speed lever is worth alone. Written by
+`python -m nmt_jax.tools.performance` from the runs of one command:
+
+```
+PEER_VENV=/tmp/peer_onmt PEER_SCRIPTS=DIR PEER_WORK=/tmp/onmt_work \\
+  bash launch/performance.sh /tmp/perf --output=docs/performance.md
+```
+
+On a GPU machine the same command with `PLATFORM=gpu` (a CUDA build of JAX,
+and of torch in `PEER_VENV`) times both toolkits there (OpenNMT-py with
+`-gpu_ranks 0` / `-gpu 0`, cuDNN's LSTM); the page then takes both runs:
+`python -m nmt_jax.tools.performance /tmp/perf /tmp/perf_gpu`.
+
+The model is Britz et al.'s copy-task model: 2-layer bidirectional LSTM
+encoder (2 x 128 units), 2-layer LSTM decoder (256), general attention, input
+feeding, embeddings 256, batch 128 sentences, 20 symbols, lengths uniform in
+1..L (`configs/global_general.py:copyL --config.model.bidirectional=all
+--config.model.bridge=copy`: 2,316,312 parameters; OpenNMT-py's `brnn` with
+`global_attention general`: 2,320,408). OpenNMT-py runs unmodified, timed
+from outside by two wrappers around `onmt_train` and `onmt_translate`
+(`PEER_SCRIPTS`: `train_bench.py`, `translate_bench.py`; `PEER_WORK`: the copy
+data and configs they read, made by their `gen_copy_data.py` and
+`make_config.py`, then `onmt_build_vocab`). OpenNMT-py 3.5.1 declares
+`torch<2.3`; it trains and translates with torch 2.13 (CPU build) installed
+first and OpenNMT-py with `--no-deps` plus its import-time dependencies
+(`configargparse pyyaml six sacrebleu "pyonmttok>=1.37,<2" spacy
+pyahocorasick rapidfuzz fasttext-wheel`), and `TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD=1`
+to load its own checkpoints.
+
+How to read the figures: every run is pinned to one core (`taskset`) and the
+two toolkits alternate, so load from other processes on a shared machine
+reaches both alike. Rates are per second of the process's own CPU time (all
+its threads) next to wall-clock rates; a ratio above 1 means nmt_jax is
+faster. Ratios are per pair of consecutive runs, shown as the median
+[min - max] over pairs. Training counts non-padding target tokens (EOS
+included) in steady state; nmt_jax's compile time is reported apart.
+Decoding is the 1,000 validation sentences in batches of 64: OpenNMT-py with
+`-min_length 250` (EOS blocked, every hypothesis runs to the longest source
+of its batch + 5), nmt_jax with random weights whose EOS is held back until
+each sentence's reference length (a perfect copy model's length), in
+length-sorted batches.
+
+The aims: on a GPU, training at least as fast as OpenNMT-py with cuDNN,
+beam-10 decoding at least 1.5x, memory attention at least 1.5x global at
+L = 200; on a CPU, training at least 1.25x OpenNMT-py, greedy decoding at
+least 2x and beam 10 at least 1.5x (ratios per CPU second).
+"""
+
+
+# bench train|decode --compare files of each lever: (name, what it is).
+LEVERS = (
+    (
+        'lever_fitted16.json',
+        (
+            '16 fitted training buckets (`data.bucketing=fitted`, '
+            '`data.num_buckets=16`) vs 4 even'
+        ),
+    ),
+    (
+        'lever_gate_table.json',
+        'embedding-to-gates table in decoding (`decode.gate_table=on` vs off)',
+    ),
+    (
+        'lever_explicit_weight_grads.json',
+        (
+            'weight gradients as a GEMM on an explicit transpose '
+            '(`model.explicit_weight_grads`, on by default) vs off'
+        ),
+    ),
+    (
+        'lever_hoist_weight_grads.json',
+        (
+            "the decoder's per-step kernel gradients as one GEMM after its"
+            ' backward loop (`model.hoist_weight_grads`, on by default) vs'
+            ' off'
+        ),
+    ),
+    (
+        'lever_bfloat16.json',
+        'bfloat16 compute (`model.dtype=bfloat16`) vs float32',
+    ),
+)
+
+
+# bench decode --compare files: (name, title, what was run).
+KINDS = (
+    (
+        'kinds_L200.json',
+        'memory K = 64 against global general attention, L = 200',
+        (
+            'Decoding 256 copy-task sentences of up to 200 tokens (random'
+            ' weights, each hypothesis as long as its reference), alternating'
+            ' in one process.'
+        ),
+    ),
+    (
+        'kinds_flexible_L150.json',
+        'flexible attention (tau = 1.2) against global general, L = 150',
+        (
+            'Decoding 256 copy-task sentences of up to 150 tokens (random'
+            " weights, each hypothesis as long as its reference). Flexible's"
+            ' pruned path scores only the positions its window keeps; with'
+            ' random weights the focus barely moves: the cost of the machinery'
+            ' at a narrow window.'
+        ),
+    ),
+)

@@ -1,0 +1,99 @@
+"""nmt_jax.tools.hlo: operations per loop iteration of compiled programs."""
+
+import jax
+import jax.numpy as jnp
+
+from nmt_jax import parallel
+from nmt_jax import train
+from nmt_jax.data import batching
+from nmt_jax.tools import hlo
+from tests import helpers
+
+HLO = """HloModule m
+
+%body (p: (s32[], f32[4])) -> (s32[], f32[4]) {
+  %p = (s32[], f32[4]{0}) parameter(0)
+  %i = s32[] get-tuple-element(%p), index=0
+  %x = f32[4]{0} get-tuple-element(%p), index=1
+  %one = s32[] constant(1)
+  %next = s32[] add(%i, %one)
+  %ynn_fusion.1 = f32[4]{0} fusion(%x), kind=kCustom, calls=%f, metadata={op_name="a"}
+  %tanh_fusion = f32[4]{0} fusion(%ynn_fusion.1), kind=kLoop, calls=%g, metadata={op_name="dot_general"}
+  ROOT %t = (s32[], f32[4]{0}) tuple(%next, %tanh_fusion)
+}
+
+ENTRY %main (a: f32[4]) -> f32[4] {
+  %a = f32[4]{0} parameter(0)
+  %w = (s32[], f32[4]{0}) while(%init), condition=%cond, body=%body, backend_config={"known_trip_count":{"n":"7"}}
+  ROOT %r = f32[4]{0} get-tuple-element(%w), index=1
+}
+"""
+
+
+def test_loop_ops_counts_what_one_iteration_runs():
+  # add, the dot fusion and the tanh fusion; the metadata naming a jax dot
+  # does not make the tanh fusion a matrix product.
+  assert hlo.loop_ops(HLO) == [{'trip_count': 7, 'ops': 3, 'dots': 1}]
+
+
+def test_loop_ops_of_a_compiled_scan_and_its_gradient():
+  def f(w, x):
+    def body(h, x_t):
+      h = jnp.tanh(h @ w + x_t)
+      return h, h
+
+    return jax.lax.scan(body, jnp.zeros((4, 8)), x)[1].sum()
+
+  args = jnp.ones((8, 8)), jnp.ones((5, 4, 8))
+  forward = hlo.loop_ops(jax.jit(f).lower(*args).compile().as_text())
+  assert [(loop['trip_count'], loop['dots']) for loop in forward] == [(5, 1)]
+  both = hlo.loop_ops(jax.jit(jax.grad(f)).lower(*args).compile().as_text())
+  assert len(both) == 2 and all(loop['trip_count'] == 5 for loop in both)
+  # The backward loop adds dh W^T and the weight gradient's x^T dz.
+  assert max(loop['dots'] for loop in both) >= 2
+
+
+def _training_step_loops(hoist):
+  config = helpers.tiny_config(
+      'global', hoist_weight_grads=hoist, num_decoder_layers=2
+  )
+  setup = train.build(config, None)
+  length = setup.batches.boundaries[-1]
+  batch = parallel.shard_batch(
+      batching.dummy_batch(setup.batches.sizes[-1], length), setup.mesh
+  )
+  text = jax.jit(setup.step_fn()).lower(setup.state, batch).compile().as_text()
+  return hlo.loop_ops(text)
+
+
+def test_hoisting_takes_three_matrix_products_out_of_the_backward_loop():
+  hoisted, plain = _training_step_loops(True), _training_step_loops(False)
+  # The same loops, and one loop body (the decoder's backward) has the
+  # three kernel gradients (two LSTM layers, W_c) fewer.
+  assert len(hoisted) == len(plain)
+  differences = sorted(p['dots'] - h['dots'] for h, p in zip(hoisted, plain))
+  assert differences[-1] == 3 and differences[:-1] == [0] * (len(plain) - 1)
+
+
+def test_dropout_adds_no_random_number_kernels_to_the_loops():
+  def loops(rate):
+    config = helpers.tiny_config('global', dropout=rate, num_decoder_layers=3)
+    setup = train.build(config, None)
+    length = setup.batches.boundaries[-1]
+    batch = parallel.shard_batch(
+        batching.dummy_batch(setup.batches.sizes[-1], length), setup.mesh
+    )
+    step = jax.jit(setup.step_fn()).lower(setup.state, batch).compile()
+    # The loops over time (drawing random bits runs loops of its own).
+    return [
+        loop
+        for loop in hlo.loop_ops(step.as_text())
+        if loop['trip_count'] == length
+    ]
+
+  with_dropout, without = loops(0.3), loops(0.0)
+  # The decoder's masks are drawn before its loop: each loop body over time
+  # has at most a few ops more (applying three masks), no random bits.
+  assert len(with_dropout) == len(without) >= 4
+  for a, b in zip(with_dropout, without):
+    assert a['ops'] - b['ops'] <= 3, (a, b)
