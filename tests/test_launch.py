@@ -274,29 +274,33 @@ def test_argument_errors(script, args, message):
   ), lines
 
 
-def test_performance_runs_alternate_toolkits_on_one_pinned_core(tmp_path):
+def _performance_dry_run(tmp_path, **env):
+  """launch/performance.sh --dry-run with a stand-in peer installation."""
   peer = tmp_path / 'peer'
-  (peer / 'bin').mkdir(parents=True)
-  (peer / 'runs' / 'L50').mkdir(parents=True)
+  (peer / 'bin').mkdir(parents=True, exist_ok=True)
+  (peer / 'runs' / 'L50').mkdir(parents=True, exist_ok=True)
   for f in ('bin/python', 'train_bench.py', 'translate_bench.py'):
     (peer / f).write_text('')
   (peer / 'runs' / 'L50' / 'train.yaml').write_text('')
-  env = dict(
-      os.environ,
-      PEER_VENV=str(peer),
-      PEER_SCRIPTS=str(peer),
-      PEER_WORK=str(peer),
-      REPEATS='2',
-      PARTS='train decode page',
-      CORE='1',
-  )
-  result = subprocess.run(
+  return subprocess.run(
       ['bash', 'launch/performance.sh', str(tmp_path / 'out'), '--dry-run'],
       cwd=ROOT,
-      env=env,
+      env=dict(
+          os.environ,
+          PEER_VENV=str(peer),
+          PEER_SCRIPTS=str(peer),
+          PEER_WORK=str(peer),
+          **env,
+      ),
       capture_output=True,
       text=True,
       timeout=60,
+  )
+
+
+def test_performance_runs_alternate_toolkits_on_one_pinned_core(tmp_path):
+  result = _performance_dry_run(
+      tmp_path, REPEATS='2', PARTS='train decode page', CORE='1'
   )
   assert result.returncode == 0, result.stderr
   lines = result.stdout.splitlines()
@@ -313,28 +317,7 @@ def test_performance_runs_alternate_toolkits_on_one_pinned_core(tmp_path):
 
 
 def test_performance_on_a_gpu_runs_both_toolkits_there_unpinned(tmp_path):
-  peer = tmp_path / 'peer'
-  (peer / 'bin').mkdir(parents=True)
-  (peer / 'runs' / 'L50').mkdir(parents=True)
-  for f in ('bin/python', 'train_bench.py', 'translate_bench.py'):
-    (peer / f).write_text('')
-  (peer / 'runs' / 'L50' / 'train.yaml').write_text('')
-  env = dict(
-      os.environ,
-      PEER_VENV=str(peer),
-      PEER_SCRIPTS=str(peer),
-      PEER_WORK=str(peer),
-      PLATFORM='gpu',
-  )
-  run = lambda: subprocess.run(
-      ['bash', 'launch/performance.sh', str(tmp_path / 'out'), '--dry-run'],
-      cwd=ROOT,
-      env=env,
-      capture_output=True,
-      text=True,
-      timeout=60,
-  )
-  result = run()
+  result = _performance_dry_run(tmp_path, PLATFORM='gpu')
   assert result.returncode == 0, result.stderr
   timed = [shlex.split(line) for line in result.stdout.splitlines()[:-1]]
   assert not any('taskset' in args or '--threads=1' in args for args in timed)
@@ -346,7 +329,6 @@ def test_performance_on_a_gpu_runs_both_toolkits_there_unpinned(tmp_path):
   assert decodes and all(a[a.index('-gpu') + 1] == '0' for a in decodes)
   # No all-cores part: every run is one process.
   assert not any(re.search(r'_t(?!1_)\d+_', ' '.join(a)) for a in timed)
-  env['PLATFORM'] = 'tpu'
-  result = run()
+  result = _performance_dry_run(tmp_path, PLATFORM='tpu')
   assert result.returncode == 2
   assert result.stderr.strip() == 'error: PLATFORM=tpu: use cpu or gpu'
