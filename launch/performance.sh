@@ -61,9 +61,12 @@ part() { [[ "$PARTS" == *" $1 "* ]]; }
 cores() { # the cores a run of $1 threads may use
   if [[ $1 == 1 ]]; then echo "$CORE"; else echo "0-$(($1 - 1))"; fi
 }
-pin() { # PIN: the prefix that runs a command on the cores $1 threads may use
-  PIN=()
-  if [[ $PLATFORM == cpu ]]; then PIN=(taskset -c "$(cores "$1")"); fi
+pin() { # for $1 threads: PIN, the prefix that runs a command on their cores,
+  # and THREADS, nmt_jax's flag for them (both empty on a GPU)
+  PIN=() THREADS=()
+  if [[ $PLATFORM == cpu ]]; then
+    PIN=(taskset -c "$(cores "$1")") THREADS=(--threads="$1")
+  fi
 }
 run() { # run NAME command...: output to OUT/NAME.log (or printed, --dry-run)
   local name=$1
@@ -80,12 +83,10 @@ BRITZ=(--config.model.bidirectional=all --config.model.bridge=copy)
 bench() { # bench train|decode L THREADS NAME [args...]
   local command=$1 length=$2 threads=$3 name=$4
   shift 4
-  local pin=(--threads="$threads")
-  [[ $PLATFORM == cpu ]] || pin=()
   pin "$threads"
   run "$name" "${PIN[@]}" "$PYTHON" -m nmt_jax.bench "$command" \
     --config="configs/global_general.py:copy$length" "${BRITZ[@]}" \
-    "${pin[@]}" --json="$OUT/$name.json" "$@"
+    "${THREADS[@]}" --json="$OUT/$name.json" "$@"
 }
 peer_train() { # L THREADS NAME
   [[ -n "$PEER_VENV" ]] || return 0
@@ -113,12 +114,11 @@ peer_decode() { # L THREADS BEAM NAME
     -min_length 250 "${PEER_DECODE_DEVICE[@]}" -seed 1234
 }
 kinds() { # kinds NAME CONFIG L [args...]: CONFIG's decoding against global's
-  local name=$1 config=$2 length=$3 pin=(--threads=1)
+  local name=$1 config=$2 length=$3
   shift 3
-  [[ $PLATFORM == cpu ]] || pin=()
   pin 1
   run "$name" "${PIN[@]}" "$PYTHON" -m nmt_jax.bench decode --config="$config" \
-    --compare="configs/global_general.py:copy$length" "${pin[@]}" --modes=greedy,beam \
+    --compare="configs/global_general.py:copy$length" "${THREADS[@]}" --modes=greedy,beam \
     --config.decode.batch_size=64 --compare.decode.batch_size=64 --num_sentences=256 \
     --json="$OUT/$name.json" "$@"
 }

@@ -271,12 +271,12 @@ class Decoder(nn.Module):
     # [T, B, E]
     emb = self.dropout(self.embed(target_in.T), deterministic=not train)
     x_gates = self.input_proj(emb)  # [T, B, 4H]
-    keep = self.dropout_masks(*x_gates.shape[:2], train)
+    length, batch = x_gates.shape[:2]
+    keep = self.dropout_masks(length, batch, train)
     loop = functools.partial(
         Decoder.loop, train=train, with_weights=with_weights
     )
     if self.config.hoist_weight_grads:
-      length, batch = x_gates.shape[:2]
       loop = hoisting.hoisted_weight_grads(
           loop,
           {k: (length, batch, w) for k, w in self.hoisted_widths().items()},

@@ -11,7 +11,7 @@ that platform.
 """
 
 import re
-from typing import Dict, List
+from typing import Dict, List, Tuple
 
 # Bookkeeping that runs no kernel.
 FREE_OPS = frozenset({
@@ -26,7 +26,7 @@ FREE_OPS = frozenset({
 
 _HEADER = re.compile(r'^(?:ENTRY\s+)?%?([\w.\-]+)\s+\(.*\{\s*$')
 _INSTRUCTION = re.compile(
-    r'^\s+(?:ROOT\s+)?%?[\w.\-]+\s*=\s*.*?\s([a-z][a-z0-9\-]*)\((.*)$'
+    r'^\s+(?:ROOT\s+)?%?[\w.\-]+\s*=\s*.*?\s([a-z][a-z0-9\-]*)\('
 )
 _NAME = re.compile(r'^\s+(?:ROOT\s+)?%?([\w.\-]+)')
 _TARGET = re.compile(r'custom_call_target="([^"]+)"')
@@ -34,8 +34,8 @@ _BODY = re.compile(r'body=%?([\w.\-]+)')
 _TRIP_COUNT = re.compile(r'"known_trip_count":\{"n":"(\d+)"')
 
 
-def _computations(hlo_text: str) -> Dict[str, List[str]]:
-  """name -> the opcodes of its instructions, in order."""
+def _computations(hlo_text: str) -> Dict[str, List[Tuple[str, str]]]:
+  """name -> (opcode, line) of each of its instructions, in order."""
   computations, current = {}, None
   for line in hlo_text.splitlines():
     header = _HEADER.match(line)
