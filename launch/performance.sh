@@ -120,7 +120,7 @@ kinds() { # kinds NAME CONFIG L [args...]: CONFIG's decoding against global's
   run "$name" "${PIN[@]}" "$PYTHON" -m nmt_jax.bench decode --config="$config" \
     --compare="configs/global_general.py:copy$length" "${THREADS[@]}" --modes=greedy,beam \
     --config.decode.batch_size=64 --compare.decode.batch_size=64 --num_sentences=256 \
-    --json="$OUT/$name.json" "$@"
+    --repeats=5 --json="$OUT/$name.json" "$@"
 }
 DECODE=(--modes=greedy,beam --config.decode.beam_size=10 --config.decode.batch_size=64 --repeats=3)
 OTHER=(--compare=configs/global_general.py:copy50 --compare.model.bidirectional=all

@@ -242,10 +242,12 @@ def get_config(arg=None):
   # --mode=eval traces its (steady-state) decoding pass into
   # <output>/profile_decode (jax.profiler, as train.profile_steps).
   config.decode.profile = False
-  # Layer 0's embedding-to-gates projection of every target word, computed
-  # once per decoding call so each step looks rows up instead of running a
-  # GEMM: 'on', 'off' or 'auto' (when the vocabulary has fewer words than the
-  # loop's rows x steps). Same results either way (float rounding aside).
+  # What the decoder computes from the fed-back word alone (layer 0's
+  # embedding-to-gates projection; flexible attention's W_g^i i_t; the maxout
+  # readout's V_o E y) for every target word, once per decoding call, so each
+  # step looks rows up instead of running GEMMs: 'on', 'off' or 'auto' (when
+  # the vocabulary has fewer words than the loop's rows x steps). Same
+  # results either way (float rounding aside).
   config.decode.gate_table = 'auto'
 
   # ---------------------------------------------------------------- parallelism

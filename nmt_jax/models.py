@@ -152,7 +152,7 @@ class Decoder(nn.Module):
       state: DecoderState,
       cache,
       emb,
-      x_gates,
+      tokens,
       train=False,
       with_weights=False,
       keep=None,
@@ -160,7 +160,8 @@ class Decoder(nn.Module):
   ):
     """One target step.
 
-    emb [B, E], x_gates [B, 4H] -> state, htilde [B, H], diagnostics, and
+    emb [B, E], tokens: its `token_features` ([B, ...] each) -> state,
+    htilde [B, H], diagnostics, and
     with `probes` (keyed as `hoisted_widths`, each [B, out]) the inputs of
     those kernels (else {}). `keep`: this step's dropout masks (see
     `dropout_masks`; None: no dropout).
@@ -168,7 +169,10 @@ class Decoder(nn.Module):
     cfg = self.config
     prev_h = state.lstm[-1][1]
     step_inputs = attention_lib.StepInputs(
-        prev_query=prev_h, inputs=emb, t=state.t
+        prev_query=prev_h,
+        inputs=emb,
+        t=state.t,
+        token_features=tokens.get('attention'),
     )
     attention_state = state.attention
     extra = []
@@ -184,7 +188,7 @@ class Decoder(nn.Module):
     layers = range(cfg.num_decoder_layers)
     cell_probes = probes and [probes[f'cell/kernel_{i}'] for i in layers]
     carries, cell_inputs = self.cell(
-        state.lstm, x_gates, extra, keep, cell_probes
+        state.lstm, tokens['gates'], extra, keep, cell_probes
     )
     h = carries[-1][1]
     if cfg.query == 'current':
@@ -194,7 +198,7 @@ class Decoder(nn.Module):
           h, cache, attention_state, step_inputs, with_weights, train
       )
     combine_probe = probes and probes.get('combine/kernel')
-    htilde = self.readout(context, h, query, emb, combine_probe)
+    htilde = self.readout(context, h, query, tokens, combine_probe)
     htilde = lstm.dropout(htilde, keep and keep['htilde'], cfg.dropout)
     state = DecoderState(
         lstm=carries, feed=htilde, attention=attention_state, t=state.t + 1
@@ -225,14 +229,16 @@ class Decoder(nn.Module):
       widths['combine/kernel'] = self.readout_width()
     return widths
 
-  def readout(self, context, h, query, emb, combine_probe=None):
+  def readout(self, context, h, query, tokens, combine_probe=None):
     """htilde_t [B, readout_width] from c_t, h_t, the query state, E y_{t-1}.
+
+    tokens: the step's `token_features` ('readout': V_o E y_{t-1}).
 
     'luong': tanh(W_c [c_t; h_t]) (h_t for a kind without context);
     'bahdanau_maxout': max over unit pairs of U_o query + V_o emb + C_o c_t.
     """
     if self.config.readout == 'bahdanau_maxout':
-      pre = self.readout_state(query) + self.readout_input(emb)
+      pre = self.readout_state(query) + tokens['readout']
       if self.attention.HAS_CONTEXT:
         pre = pre + self.readout_context(context)
       return pre.reshape(pre.shape[:-1] + (-1, 2)).max(-1)
@@ -270,8 +276,8 @@ class Decoder(nn.Module):
     # Time-major inside (see Encoder); only htilde [T, B, H] is transposed back.
     # [T, B, E]
     emb = self.dropout(self.embed(target_in.T), deterministic=not train)
-    x_gates = self.input_proj(emb)  # [T, B, 4H]
-    length, batch = x_gates.shape[:2]
+    tokens = self.token_features(emb)  # [T, B, ...] each
+    length, batch = target_in.shape[::-1]
     keep = self.dropout_masks(length, batch, train)
     loop = functools.partial(
         Decoder.loop, train=train, with_weights=with_weights
@@ -280,21 +286,21 @@ class Decoder(nn.Module):
       loop = hoisting.hoisted_weight_grads(
           loop,
           {k: (length, batch, w) for k, w in self.hoisted_widths().items()},
-          x_gates.dtype,
+          emb.dtype,
           self.config.explicit_weight_grads,
       )
-      htildes, diagnostics = loop(self, cache, state, emb, x_gates, keep)
+      htildes, diagnostics = loop(self, cache, state, emb, tokens, keep)
     else:
       (htildes, diagnostics), _ = loop(
-          self, cache, state, emb, x_gates, keep, None
+          self, cache, state, emb, tokens, keep, None
       )
     batch_major = lambda x: jnp.swapaxes(x, 0, 1)
     return batch_major(htildes), jax.tree_util.tree_map(
         batch_major, diagnostics
     )
 
-  def loop(self, cache, state, emb, x_gates, keep, probes, train, with_weights):
-    """`step` over time-major emb [T, B, E], x_gates [T, B, 4H].
+  def loop(self, cache, state, emb, tokens, keep, probes, train, with_weights):
+    """`step` over time-major emb [T, B, E] and its tokens [T, B, ...].
 
     keep: None or the dropout masks [T, B, ...] of `dropout_masks`.
     -> (htilde [T, B, H], diagnostics [T, B, ...]), the hoisted kernels'
@@ -302,9 +308,9 @@ class Decoder(nn.Module):
     """
 
     def body(mdl, carry, xs):
-      emb_t, x_gates_t, keep_t, probes_t = xs
+      emb_t, tokens_t, keep_t, probes_t = xs
       carry, htilde, diagnostics, records = mdl.step(
-          carry, cache, emb_t, x_gates_t, train, with_weights, keep_t, probes_t
+          carry, cache, emb_t, tokens_t, train, with_weights, keep_t, probes_t
       )
       return carry, (htilde, diagnostics, records)
 
@@ -314,7 +320,7 @@ class Decoder(nn.Module):
         split_rngs={'params': False, 'dropout': True},
     )
     _, (htildes, diagnostics, records) = scan(
-        self, state, (emb, x_gates, keep, probes)
+        self, state, (emb, tokens, keep, probes)
     )
     return (htildes, diagnostics), records
 
@@ -338,25 +344,38 @@ class Decoder(nn.Module):
         for key, (name, w) in zip(keys, sorted(widths.items()))
     }
 
-  def gate_table(self):
-    """Layer 0's embedding-to-gates projection of every target word [V, 4H]."""
-    return self.input_proj(self.embed.embedding)
+  def token_features(self, emb):
+    """What a step needs of the fed-back word alone, computed outside the loop.
 
-  def decode_step(
-      self, state, cache, tokens, with_weights=False, gate_table=None
-  ):
+    emb [..., E] -> {'gates': layer 0's input gates E y W_x + b [..., 4H],
+    'attention': the attention kind's token_features (if any), 'readout':
+    V_o E y of the maxout readout (if it is used)}.
+    """
+    tokens = {'gates': self.input_proj(emb)}
+    attention_features = self.attention.token_features(emb)
+    if attention_features is not None:
+      tokens['attention'] = attention_features
+    if self.config.readout == 'bahdanau_maxout':
+      tokens['readout'] = self.readout_input(emb)
+    return tokens
+
+  def token_table(self):
+    """`token_features` of every target word: {name: [V, ...]}."""
+    return self.token_features(self.embed.embedding)
+
+  def decode_step(self, state, cache, tokens, with_weights=False, table=None):
     """tokens [B] int -> state, logits [B, V], diagnostics.
 
-    With `gate_table` (from `gate_table()`), layer 0's input gates are
-    looked up instead of computed: one gather per step instead of a GEMM.
+    With `table` (from `token_table()`), the step looks its token features
+    up instead of computing them: a gather per step instead of GEMMs.
     """
     emb = self.embed(tokens)
-    if gate_table is None:
-      x_gates = self.input_proj(emb)
+    if table is None:
+      features = self.token_features(emb)
     else:
-      x_gates = jnp.take(gate_table, tokens, axis=0)
+      features = {k: jnp.take(v, tokens, axis=0) for k, v in table.items()}
     state, htilde, diagnostics, _ = self.step(
-        state, cache, emb, x_gates, with_weights=with_weights
+        state, cache, emb, features, with_weights=with_weights
     )
     return state, self.logits(htilde), diagnostics
 
@@ -419,13 +438,9 @@ class Seq2Seq(nn.Module):
     """htilde [..., H] -> logits [..., V] (the softmax layer)."""
     return self.decoder.logits(htilde)
 
-  def gate_table(self):
-    """[V, 4H]: see Decoder.gate_table."""
-    return self.decoder.gate_table()
+  def token_table(self):
+    """{name: [V, ...]}: see Decoder.token_table."""
+    return self.decoder.token_table()
 
-  def decode_step(
-      self, state, cache, tokens, with_weights=False, gate_table=None
-  ):
-    return self.decoder.decode_step(
-        state, cache, tokens, with_weights, gate_table
-    )
+  def decode_step(self, state, cache, tokens, with_weights=False, table=None):
+    return self.decoder.decode_step(state, cache, tokens, with_weights, table)

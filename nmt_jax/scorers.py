@@ -10,8 +10,10 @@ A scorer turns parameters and token ids into target log-probabilities:
 
 `prepare` runs once per decoding call, outside its loop: with `gate_table`
 'on' (or 'auto' when the vocabulary has fewer words than the loop will look
-up, `lookups` = rows x steps) it computes the decoder's embedding-to-gates
-table [V, 4H], so each step gathers rows instead of running a GEMM.
+up, `lookups` = rows x steps) it computes the decoder's token table
+(`models.Decoder.token_table`: the embedding-to-gates projection [V, 4H] of
+every target word, and what the attention kind or the readout computes from
+the fed-back word alone), so each step gathers rows instead of running GEMMs.
 
 `Single` wraps one models.Seq2Seq (params: its parameter tree). `Ensemble`
 wraps several, possibly of different attention kinds (params: a tuple of their
@@ -47,12 +49,12 @@ class Single:
     )
 
   def prepare(self, params, lookups: int, gate_table: str = 'auto'):
-    """(params in the compute dtype, the [V, 4H] gate table or None)."""
+    """(params in the compute dtype, the token table {name: [V, ...]} or None)."""
     params = models.compute_params(self.model.config, params)
     vocab = self.model.target_vocab_size
     if gate_table == 'on' or (gate_table == 'auto' and vocab < lookups):
       table = self.model.apply(
-          {'params': params}, method=models.Seq2Seq.gate_table
+          {'params': params}, method=models.Seq2Seq.token_table
       )
       return params, table
     return params, None

@@ -141,6 +141,32 @@ def _np_flexible(p, memory, query, prev, inputs, previous_centre, sigma, tau):
   return weights, g, kept
 
 
+@pytest.mark.parametrize('tau', [math.inf, 5.0])
+def test_flexible_token_features_given_equal_the_step_computing_them(tau):
+  # The decoder computes W_g^i i_t before its loop (a table in decoding).
+  _, params, (memory, query, prev, inputs, t), module = _run_module(
+      'flexible', tau=tau
+  )
+  variables = {'params': params}
+  token = module.apply(variables, jnp.asarray(inputs), method='token_features')
+  w_g = np.asarray(params['strength_hidden']['kernel'])  # [D + E, D]
+  np.testing.assert_allclose(token, inputs @ w_g[D:], rtol=1e-5, atol=1e-6)
+
+  def run(mdl, token_features):
+    step = attention.StepInputs(
+        jnp.asarray(prev), jnp.asarray(inputs), jnp.asarray(t), token_features
+    )
+    cache = mdl.prepare(memory, LENGTHS)
+    return mdl(query, cache, mdl.initial_state(cache), step, True)
+
+  given = module.apply(variables, token, method=run)
+  computed = module.apply(variables, None, method=run)
+  for a, b in zip(
+      jax.tree_util.tree_leaves(given), jax.tree_util.tree_leaves(computed)
+  ):
+    np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-7)
+
+
 @pytest.mark.parametrize('tau', [math.inf, 1e12, 5.0, 1.0, 0.3, 0.01])
 def test_flexible_windowed_equals_masked_numpy(tau):
   previous = jnp.array([0.0, 3.4, 0.0, 6.9])

@@ -226,6 +226,27 @@ def test_the_performance_page_pairs_runs_and_reports_the_median_ratio(
   assert 'not measured' in text  # the levers and decoding were not run
 
 
+def test_the_performance_page_compares_attention_kinds_per_pair(tmp_path):
+  runs = lambda times: {
+      'ms_per_sentence': sorted(times)[1],
+      'ms_per_sentence_runs': times,
+  }
+  result = {
+      'jax': '0.0',
+      'config': {'attention': 'flexible'},
+      'compare_config': {'attention': 'global'},
+      # Repetition i of each kind alternate: a pair.
+      'this': {'beam10': runs([10.0, 20.0, 10.0])},
+      'other': {'beam10': runs([12.0, 18.0, 11.0])},
+      'speedup': {'beam10': 12.0 / 10.0},
+  }
+  (tmp_path / 'kinds_flexible_L150.json').write_text(json.dumps(result))
+  text = performance.page([str(tmp_path)])
+  row = next(line for line in text.splitlines() if line.startswith('| beam10'))
+  # global / flexible per pair: 1.2, 0.9, 1.1.
+  assert row == '| beam10 | 10.00 | 12.00 | x1.10 [0.90 - 1.20] |'
+
+
 def test_the_performance_page_shows_a_gpu_run_by_wall_clock(tmp_path):
   cpu, gpu = tmp_path / 'cpu', tmp_path / 'gpu'
   for out, platform, device in ((cpu, 'cpu', 'cpu'), (gpu, 'gpu', 'H100')):

@@ -18,8 +18,8 @@ from tests import helpers
 
 
 @functools.lru_cache(maxsize=None)
-def _setup(query='current', seed=3):
-  config = helpers.tiny_config('global', 'general', query=query)
+def _setup(query='current', seed=3, kind='global', readout='luong'):
+  config = helpers.tiny_config(kind, 'general', query=query, readout=readout)
   model = helpers.make_model(config)
   params = helpers.init_params(model, seed=seed)
   # Sharpen the untrained output distribution so hypotheses differ in interesting ways.
@@ -106,8 +106,12 @@ def test_beam_one_equals_greedy(query):
 
 
 @pytest.mark.parametrize('k', [1, 3])
-def test_the_gate_table_decodes_as_the_input_projection(k):
-  _, model, params = _setup()
+@pytest.mark.parametrize(
+    'kind, readout',
+    [('global', 'luong'), ('flexible', 'luong'), ('global', 'bahdanau_maxout')],
+)
+def test_the_token_table_decodes_as_the_projections(k, kind, readout):
+  config, model, params = _setup(kind=kind, readout=readout)
   source = _sources(batch=5, length=7)
   if k == 1:
     run = lambda table: _greedy(model, params, source, gate_table=table)
@@ -118,13 +122,25 @@ def test_the_gate_table_decodes_as_the_input_projection(k):
   np.testing.assert_allclose(on.scores, off.scores, rtol=1e-5, atol=1e-6)
   # 10 words < rows x steps: 'auto' takes the table.
   np.testing.assert_array_equal(auto.scores, on.scores)
-  # The table is the projection of each embedding row.
-  table = model.apply({'params': params}, method=models.Seq2Seq.gate_table)
-  decoder = params['decoder']
-  expected = np.asarray(decoder['embed']['embedding'], np.float64) @ np.asarray(
-      decoder['input_proj']['kernel'], np.float64
-  ) + np.asarray(decoder['input_proj']['bias'])
-  np.testing.assert_allclose(table, expected, rtol=1e-5, atol=1e-5)
+  # The table holds each embedding row's projections.
+  table = model.apply({'params': params}, method=models.Seq2Seq.token_table)
+  decoder = jax.tree_util.tree_map(lambda x: np.asarray(x, np.float64), params)
+  decoder = decoder['decoder']
+  embedding = decoder['embed']['embedding']
+  expected = {
+      'gates': (
+          embedding @ decoder['input_proj']['kernel']
+          + decoder['input_proj']['bias']
+      )
+  }
+  if kind == 'flexible':  # W_g's rows after the H of h_{t-1}
+    w_g = decoder['attention']['strength_hidden']['kernel']
+    expected['attention'] = embedding @ w_g[config.model.hidden_size :]
+  if readout == 'bahdanau_maxout':
+    expected['readout'] = embedding @ decoder['readout_input']['kernel']
+  assert set(table) == set(expected)
+  for name, want in expected.items():
+    np.testing.assert_allclose(table[name], want, rtol=1e-5, atol=1e-5)
 
 
 @pytest.mark.parametrize('k', [1, 3])

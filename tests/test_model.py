@@ -209,7 +209,9 @@ def test_bahdanau_maxout_readout_against_numpy(kind):
       h,
       query,
       emb,
-      method=lambda m, *a: m.decoder.readout(*a),
+      method=lambda m, c, h, q, e: m.decoder.readout(
+          c, h, q, m.decoder.token_features(e)
+      ),
   )
   p = params['decoder']
   assert 'combine' not in p

@@ -9,6 +9,12 @@ A kind is a linen module with three methods, called by the decoder
   initial_state(cache) -> state
       Per-hypothesis recurrent state of the kind (e.g. the focus p_{t-1});
       a dict of [B, ...] arrays that beam search reorders with the beams.
+  token_features(inputs [..., E]) -> [..., F] or None
+      What a step needs of the fed-back word's embedding i_t alone, computed
+      outside the decoder loop: over all target positions at once in
+      training, and once per target word (a [V, F] table) in decoding. The
+      step finds it in `step.token_features` (None: compute from
+      `step.inputs`). Default: None (nothing).
   __call__(query [B, H], cache, state, step: StepInputs, with_weights, train)
       -> context [B, D], new state, diagnostics
       One decoder step. `diagnostics` always holds 'window' [B] (the number
@@ -56,6 +62,9 @@ class StepInputs(NamedTuple):
   prev_query: jax.Array  # [B, H] top decoder state h_{t-1}
   inputs: jax.Array  # [B, E] embedding of the fed-back word (i_t)
   t: jax.Array  # [B] int32 index of the target token being produced
+  # [B, F] the kind's token_features(inputs), computed before the loop; None
+  # when the caller did not (the step then computes it from `inputs`).
+  token_features: Any = None
 
 
 class Cost(NamedTuple):
@@ -138,6 +147,10 @@ class Attention(nn.Module):
   def initial_state(self, cache) -> State:
     del cache
     return {}
+
+  def token_features(self, inputs):
+    del inputs
+    return None
 
   def __call__(
       self, query, cache, state, step, with_weights=False, train=False

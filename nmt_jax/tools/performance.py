@@ -259,13 +259,14 @@ def kind_sections(out: str, where: str) -> List[str]:
     parts.append(
         f'\n## Attention: {title} ({where})\n\n{what}\n\n'
         f'| mode | {this_name} ms/sent | {other_name} ms/sent '
-        f'| {this_name} speedup |\n|---|---:|---:|---:|'
+        f'| {this_name} speedup, per pair |\n|---|---:|---:|---:|'
     )
-    for label, speedup in result.get('speedup', {}).items():
+    for label in result.get('speedup', {}):
+      this, other = result['this'][label], result['other'][label]
       parts.append(
-          f"| {label} | {result['this'][label]['ms_per_sentence']:.2f} "
-          f"| {result['other'][label]['ms_per_sentence']:.2f} "
-          f'| x{speedup:.2f} |'
+          f"| {label} | {this['ms_per_sentence']:.2f} "
+          f"| {other['ms_per_sentence']:.2f} "
+          f'| x{_summary(_decode_pairs(this, other))} |'
       )
   return parts
 

@@ -106,7 +106,9 @@ KINDS = (
             " weights, each hypothesis as long as its reference). Flexible's"
             ' pruned path scores only the positions its window keeps; with'
             ' random weights the focus barely moves: the cost of the machinery'
-            ' at a narrow window.'
+            ' at a narrow window. Its strength network g(t) reads W_g^i i_t'
+            ' from a per-word table (`decode.gate_table`), so it runs one'
+            ' [B, H] x [H, H] product per step.'
         ),
     ),
 )
