@@ -241,7 +241,8 @@ def beam_search(
   scorer = scorers.as_scorer(model)
   cache, decoder = scorer.encode(params, source)
   repeat = lambda x: jnp.repeat(x, k, axis=0)  # [B, ...] -> [B*K, ...]
-  cache, decoder = jax.tree_util.tree_map(repeat, (cache, decoder))
+  decoder = jax.tree_util.tree_map(repeat, decoder)
+  cache = scorer.beam_cache(cache, k)
   flat_limits = repeat(limits)
   batch_offset = (jnp.arange(batch) * k)[:, None]  # [B, 1]
   prepared = scorer.prepare(params, batch * k * steps, gate_table)

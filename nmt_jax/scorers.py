@@ -3,6 +3,7 @@
 A scorer turns parameters and token ids into target log-probabilities:
 
   encode(params, source [B, S]) -> (cache, decoder state)
+  beam_cache(cache, k) -> the cache for B * k hypotheses (rows b * k ..)
   prepare(params, lookups, gate_table) -> what `step` takes as params
   step(prepared, state, cache, tokens [N], with_weights)
       -> (state, log_probs [N, V], diagnostics)
@@ -47,6 +48,13 @@ class Single:
     return self.model.apply(
         {'params': params}, source, method=models.Seq2Seq.encode
     )
+
+  def beam_cache(self, cache, k: int):
+    """The cache repeated k times per sentence, unless the kind reads it
+    grouped (attention.base: GROUPED_CACHE): then as it is."""
+    if attention.get(self.model.config.attention.kind).GROUPED_CACHE:
+      return cache
+    return jax.tree_util.tree_map(lambda x: jnp.repeat(x, k, axis=0), cache)
 
   def prepare(self, params, lookups: int, gate_table: str = 'auto'):
     """(params in the compute dtype, the token table {name: [V, ...]} or None)."""
@@ -103,6 +111,9 @@ class Ensemble:
   def encode(self, params, source):
     encoded = [s.encode(p, source) for s, p in zip(self.singles, params)]
     return tuple(c for c, _ in encoded), tuple(s for _, s in encoded)
+
+  def beam_cache(self, cache, k: int):
+    return tuple(s.beam_cache(c, k) for s, c in zip(self.singles, cache))
 
   def prepare(self, params, lookups: int, gate_table: str = 'auto'):
     return tuple(

@@ -7,9 +7,11 @@ import jax
 import numpy as np
 import pytest
 
+from nmt_jax import attention
 from nmt_jax import decode
 from nmt_jax import evaluation
 from nmt_jax import models
+from nmt_jax import scorers
 from nmt_jax.data import dataset
 from nmt_jax.vocab import BOS
 from nmt_jax.vocab import EOS
@@ -320,3 +322,56 @@ def test_decode_split_matches_direct_decoding_and_times_the_fastest_pass():
     alone = _strip(_greedy(model, params, source[None]).tokens[0])
     expected = alone[:-1] if alone and alone[-1] == EOS else alone
     assert tuple(hyp.ids) == expected
+
+
+@pytest.mark.parametrize(
+    'kind, score',
+    [
+        ('global', 'general'),
+        ('global', 'concat'),
+        ('global', 'location'),
+        ('memory', 'general'),
+    ],
+)
+def test_beam_search_reads_a_grouped_cache_as_the_repeated_one(
+    kind, score, monkeypatch
+):
+  # GROUPED_CACHE kinds get one cache row per sentence for its K hypotheses.
+  config = helpers.tiny_config(kind, score)
+  model = helpers.make_model(config)
+  params = helpers.init_params(model, seed=3)
+  params = jax.tree_util.tree_map(lambda x: x * 3.0, params)
+  source = _sources(batch=5, length=7)
+  single = scorers.Single(model)
+  cache, _ = single.encode(params, source)
+
+  def run():
+    beam_cache = single.beam_cache(cache, 3)
+    rows = {x.shape[0] for x in jax.tree_util.tree_leaves(beam_cache)}
+    out = jax.jit(
+        functools.partial(
+            decode.beam_search,
+            model,
+            beam_size=3,
+            alpha=0.6,
+            ratio=1.5,
+            offset=2,
+            with_diagnostics=True,
+        )
+    )(params, source)
+    return rows, out
+
+  rows, grouped = run()
+  assert rows == {5}
+  monkeypatch.setattr(attention.get(kind), 'GROUPED_CACHE', False)
+  rows, repeated = run()
+  assert rows == {15}
+  np.testing.assert_array_equal(grouped.nbest_tokens, repeated.nbest_tokens)
+  np.testing.assert_allclose(
+      grouped.nbest_scores, repeated.nbest_scores, rtol=1e-5
+  )
+  for name, value in repeated.nbest_diagnostics.items():
+    np.testing.assert_allclose(
+        grouped.nbest_diagnostics[name], value, rtol=1e-5, atol=1e-6
+    )
+  assert 'weights' in repeated.nbest_diagnostics

@@ -5,7 +5,11 @@ A kind is a linen module with three methods, called by the decoder
 
   prepare(memory [B, S, D], lengths [B]) -> cache
       Once per sentence, after encoding: precomputed keys, memory, masks.
-      Beam search repeats and never reorders the cache.
+      Beam search never reorders the cache. It repeats it K times (one row
+      per hypothesis) unless the kind sets GROUPED_CACHE: the kind then gets
+      the cache of B sentences with queries and states of B * G rows, the G
+      hypotheses of sentence b in rows b * G .. b * G + G - 1 (`group`), and
+      reads each sentence's keys once for its G queries.
   initial_state(cache) -> state
       Per-hypothesis recurrent state of the kind (e.g. the focus p_{t-1});
       a dict of [B, ...] arrays that beam search reorders with the beams.
@@ -109,6 +113,11 @@ def softmax(scores, axis=-1):
   return masked_softmax(scores, None, axis)
 
 
+def group(x, rows: int):
+  """x [rows * G, ...] -> [rows, G, ...]: each cache row's queries."""
+  return x.reshape((rows, -1) + x.shape[1:])
+
+
 def source_cache(memory, lengths) -> Cache:
   """The part of every cache describing the source: memory, mask, lengths."""
   mask = jnp.arange(memory.shape[1])[None, :] < lengths[:, None]  # [B, S]
@@ -131,6 +140,9 @@ class Attention(nn.Module):
   # Whether diagnostics hold 'strength' [B], g(t) of flexible attention, which
   # the fine-tuning objective (train.beta) rewards.
   HAS_STRENGTH = False
+  # Whether __call__ takes a cache of fewer rows than the query (see
+  # `prepare` above); beam search then does not repeat the cache.
+  GROUPED_CACHE = False
   # FIELDS that only steer decoding (e.g. flexible attention's tau): they may
   # differ between the training run and an evaluation of its workdir.
   DECODING_FIELDS: ClassVar[Tuple[str, ...]] = ()

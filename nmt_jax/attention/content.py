@@ -22,7 +22,7 @@ from nmt_jax.attention import base
 
 
 class Score(nn.Module):
-  """score(query, keys) over W gathered positions."""
+  """score(query, keys) of G queries per sentence over W positions."""
 
   hidden_size: int
   max_source_length: int
@@ -32,8 +32,8 @@ class Score(nn.Module):
     return memory
 
   def __call__(self, query, keys, positions):
-    """query [B, H], keys [B, W, A], positions [B, W] int -> scores [B, W]."""
-    return jnp.einsum('bh,bwh->bw', query, keys)
+    """query [B, G, H], keys [B, W, A], positions [B, W] -> scores [B, G, W]."""
+    return jnp.einsum('bgh,bwh->bgw', query, keys)
 
   @classmethod
   def cost(cls, hidden: int, max_source_length: int, source_length, width):
@@ -70,7 +70,8 @@ class Concat(Score):
     return self.key_proj(memory)
 
   def __call__(self, query, keys, positions):
-    hidden = jnp.tanh(keys + self.query_proj(query)[:, None, :])  # [B, W, A]
+    # [B, G, W, A]
+    hidden = jnp.tanh(keys[:, None] + self.query_proj(query)[:, :, None])
     return self.v(hidden)[..., 0]
 
   @classmethod
@@ -94,9 +95,12 @@ class Location(Score):
     return memory[..., :0]  # no key side
 
   def __call__(self, query, keys, positions):
-    logits = self.location(query)  # [B, S_max]
-    positions = jnp.minimum(positions, logits.shape[1] - 1)
-    return jnp.take_along_axis(logits, positions, axis=1)
+    logits = self.location(query)  # [B, G, S_max]
+    positions = jnp.minimum(positions, logits.shape[-1] - 1)[:, None]
+    positions = jnp.broadcast_to(
+        positions, logits.shape[:2] + positions.shape[2:]
+    )
+    return jnp.take_along_axis(logits, positions, axis=2)
 
   @classmethod
   def cost(cls, hidden, max_source_length, source_length, width):
@@ -148,13 +152,27 @@ class ContentAttention(base.Attention):
     return cache
 
   def attend_all(self, query, cache, logit_offset=None):
-    """Masked softmax over all S positions -> weights [B, S]."""
+    """Masked softmax over all S positions -> weights [N, S].
+
+    query [N, H]: N = B * G rows, G per cache row (base.group).
+    """
     mask = cache['mask']
     positions = jnp.broadcast_to(jnp.arange(mask.shape[1]), mask.shape)
-    scores = self.scorer(query, cache['keys'], positions)
+    grouped = base.group(query, mask.shape[0])  # [B, G, H]
+    scores = self.scorer(grouped, cache['keys'], positions)  # [B, G, S]
     if logit_offset is not None:
-      scores = scores + logit_offset
-    return base.masked_softmax(scores, mask, dtype=cache['memory'].dtype)
+      scores = scores + logit_offset.reshape(scores.shape)
+    weights = base.masked_softmax(
+        scores, mask[:, None], dtype=cache['memory'].dtype
+    )
+    return weights.reshape(query.shape[0], -1)
+
+  def grouped_context(self, weights, cache):
+    """sum_s a(s) hbar_s: weights [N, S] -> context [N, D]."""
+    memory = cache['memory']
+    grouped = base.group(weights, memory.shape[0])  # [B, G, S]
+    context = jnp.einsum('bgs,bsd->bgd', grouped, memory)
+    return context.reshape(weights.shape[0], -1)
 
   def attend_window(self, query, cache, positions, valid, logit_offset=None):
     """Masked softmax over gathered positions [B, W] -> weights [B, W].
@@ -162,7 +180,7 @@ class ContentAttention(base.Attention):
     O(W) work, not O(S): only the gathered keys are scored.
     """
     keys = gather_positions(cache['keys'], positions)
-    scores = self.scorer(query, keys, positions)
+    scores = self.scorer(query[:, None], keys, positions)[:, 0]
     if logit_offset is not None:
       scores = scores + logit_offset
     return base.masked_softmax(scores, valid, dtype=cache['memory'].dtype)

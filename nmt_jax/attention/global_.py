@@ -14,15 +14,19 @@ class GlobalAttention(content.ContentAttention):
   """Global attention with any score of content.SCORES."""
 
   RANK = 50
+  GROUPED_CACHE = True
 
   def __call__(
       self, query, cache, state, step, with_weights=False, train=False
   ):
     del step, train
-    weights = self.attend_all(query, cache)  # [B, S]
-    context = jnp.einsum('bs,bsd->bd', weights, cache['memory'])  # [B, D]
+    weights = self.attend_all(query, cache)  # [N, S]
+    context = self.grouped_context(weights, cache)  # [N, D]
+    rows_per_sentence = query.shape[0] // cache['lengths'].shape[0]
     diagnostics = {
-        'window': cache['lengths'].astype(jnp.float32),
+        'window': (
+            jnp.repeat(cache['lengths'], rows_per_sentence).astype(jnp.float32)
+        ),
         # Every padded position is scored (and then masked).
         'computed': jnp.full(query.shape[:1], float(weights.shape[1])),
     }

@@ -70,6 +70,7 @@ class MemoryAttention(base.Attention):
   }
   RANK = 10
   PLOT = 'memory_maps'
+  GROUPED_CACHE = True
 
   def setup(self):
     slots = self.config.num_memory
@@ -110,20 +111,22 @@ class MemoryAttention(base.Attention):
       self, query, cache, state, step, with_weights=False, train=False
   ):
     del step, train
-    logits = self.decoder_scores(query)  # [B, K]
+    logits = self.decoder_scores(query)  # [N, K], N = B * G
     if self.config.decoder_scoring == 'softmax':
       beta = base.softmax(logits)
     else:
       beta = jax.nn.sigmoid(logits)
-    context = jnp.einsum('bk,bkd->bd', beta, cache['slots'])  # [B, D]
+    rows = cache['slots'].shape[0]
+    grouped = base.group(beta, rows)  # [B, G, K]
+    context = jnp.einsum('bgk,bkd->bgd', grouped, cache['slots'])
+    context = context.reshape(query.shape[0], -1)  # [N, D]
     window = jnp.full(query.shape[:1], float(self.config.num_memory))
     diagnostics = {'window': window, 'computed': window}
     if with_weights:
       diagnostics['weights'] = beta
       # What the step attends to in the source: beta alpha^T.
-      diagnostics['source_weights'] = jnp.einsum(
-          'bk,bsk->bs', beta, cache['alpha']
-      )
+      source = jnp.einsum('bgk,bsk->bgs', grouped, cache['alpha'])
+      diagnostics['source_weights'] = source.reshape(query.shape[0], -1)
     return context, state, diagnostics
 
   @classmethod

@@ -14,6 +14,7 @@ class NoAttention(base.Attention):
   """The no-attention baseline."""
 
   HAS_CONTEXT = False
+  GROUPED_CACHE = True  # reads no cache
   RANK = 0
   PLOT = None
 
