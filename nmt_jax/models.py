@@ -152,7 +152,7 @@ class Decoder(nn.Module):
       state: DecoderState,
       cache,
       emb,
-      tokens,
+      words,
       train=False,
       with_weights=False,
       keep=None,
@@ -160,7 +160,7 @@ class Decoder(nn.Module):
   ):
     """One target step.
 
-    emb [B, E], tokens: its `token_features` ([B, ...] each) -> state,
+    emb [B, E], words: its `token_features` ([B, ...] each) -> state,
     htilde [B, H], diagnostics, and
     with `probes` (keyed as `hoisted_widths`, each [B, out]) the inputs of
     those kernels (else {}). `keep`: this step's dropout masks (see
@@ -172,7 +172,7 @@ class Decoder(nn.Module):
         prev_query=prev_h,
         inputs=emb,
         t=state.t,
-        token_features=tokens.get('attention'),
+        token_features=words.get('attention'),
     )
     attention_state = state.attention
     extra = []
@@ -188,7 +188,7 @@ class Decoder(nn.Module):
     layers = range(cfg.num_decoder_layers)
     cell_probes = probes and [probes[f'cell/kernel_{i}'] for i in layers]
     carries, cell_inputs = self.cell(
-        state.lstm, tokens['gates'], extra, keep, cell_probes
+        state.lstm, words['gates'], extra, keep, cell_probes
     )
     h = carries[-1][1]
     if cfg.query == 'current':
@@ -198,7 +198,7 @@ class Decoder(nn.Module):
           h, cache, attention_state, step_inputs, with_weights, train
       )
     combine_probe = probes and probes.get('combine/kernel')
-    htilde = self.readout(context, h, query, tokens, combine_probe)
+    htilde = self.readout(context, h, query, words, combine_probe)
     htilde = lstm.dropout(htilde, keep and keep['htilde'], cfg.dropout)
     state = DecoderState(
         lstm=carries, feed=htilde, attention=attention_state, t=state.t + 1
@@ -229,16 +229,16 @@ class Decoder(nn.Module):
       widths['combine/kernel'] = self.readout_width()
     return widths
 
-  def readout(self, context, h, query, tokens, combine_probe=None):
+  def readout(self, context, h, query, words, combine_probe=None):
     """htilde_t [B, readout_width] from c_t, h_t, the query state, E y_{t-1}.
 
-    tokens: the step's `token_features` ('readout': V_o E y_{t-1}).
+    words: the step's `token_features` ('readout': V_o E y_{t-1}).
 
     'luong': tanh(W_c [c_t; h_t]) (h_t for a kind without context);
     'bahdanau_maxout': max over unit pairs of U_o query + V_o emb + C_o c_t.
     """
     if self.config.readout == 'bahdanau_maxout':
-      pre = self.readout_state(query) + tokens['readout']
+      pre = self.readout_state(query) + words['readout']
       if self.attention.HAS_CONTEXT:
         pre = pre + self.readout_context(context)
       return pre.reshape(pre.shape[:-1] + (-1, 2)).max(-1)
@@ -276,7 +276,7 @@ class Decoder(nn.Module):
     # Time-major inside (see Encoder); only htilde [T, B, H] is transposed back.
     # [T, B, E]
     emb = self.dropout(self.embed(target_in.T), deterministic=not train)
-    tokens = self.token_features(emb)  # [T, B, ...] each
+    words = self.token_features(emb)  # [T, B, ...] each
     length, batch = target_in.shape[::-1]
     keep = self.dropout_masks(length, batch, train)
     loop = functools.partial(
@@ -289,18 +289,18 @@ class Decoder(nn.Module):
           emb.dtype,
           self.config.explicit_weight_grads,
       )
-      htildes, diagnostics = loop(self, cache, state, emb, tokens, keep)
+      htildes, diagnostics = loop(self, cache, state, emb, words, keep)
     else:
       (htildes, diagnostics), _ = loop(
-          self, cache, state, emb, tokens, keep, None
+          self, cache, state, emb, words, keep, None
       )
     batch_major = lambda x: jnp.swapaxes(x, 0, 1)
     return batch_major(htildes), jax.tree_util.tree_map(
         batch_major, diagnostics
     )
 
-  def loop(self, cache, state, emb, tokens, keep, probes, train, with_weights):
-    """`step` over time-major emb [T, B, E] and its tokens [T, B, ...].
+  def loop(self, cache, state, emb, words, keep, probes, train, with_weights):
+    """`step` over time-major emb [T, B, E] and its words [T, B, ...].
 
     keep: None or the dropout masks [T, B, ...] of `dropout_masks`.
     -> (htilde [T, B, H], diagnostics [T, B, ...]), the hoisted kernels'
@@ -308,9 +308,9 @@ class Decoder(nn.Module):
     """
 
     def body(mdl, carry, xs):
-      emb_t, tokens_t, keep_t, probes_t = xs
+      emb_t, words_t, keep_t, probes_t = xs
       carry, htilde, diagnostics, records = mdl.step(
-          carry, cache, emb_t, tokens_t, train, with_weights, keep_t, probes_t
+          carry, cache, emb_t, words_t, train, with_weights, keep_t, probes_t
       )
       return carry, (htilde, diagnostics, records)
 
@@ -320,7 +320,7 @@ class Decoder(nn.Module):
         split_rngs={'params': False, 'dropout': True},
     )
     _, (htildes, diagnostics, records) = scan(
-        self, state, (emb, tokens, keep, probes)
+        self, state, (emb, words, keep, probes)
     )
     return (htildes, diagnostics), records
 
@@ -351,13 +351,13 @@ class Decoder(nn.Module):
     'attention': the attention kind's token_features (if any), 'readout':
     V_o E y of the maxout readout (if it is used)}.
     """
-    tokens = {'gates': self.input_proj(emb)}
+    words = {'gates': self.input_proj(emb)}
     attention_features = self.attention.token_features(emb)
     if attention_features is not None:
-      tokens['attention'] = attention_features
+      words['attention'] = attention_features
     if self.config.readout == 'bahdanau_maxout':
-      tokens['readout'] = self.readout_input(emb)
-    return tokens
+      words['readout'] = self.readout_input(emb)
+    return words
 
   def token_table(self):
     """`token_features` of every target word: {name: [V, ...]}."""
@@ -371,11 +371,11 @@ class Decoder(nn.Module):
     """
     emb = self.embed(tokens)
     if table is None:
-      features = self.token_features(emb)
+      words = self.token_features(emb)
     else:
-      features = {k: jnp.take(v, tokens, axis=0) for k, v in table.items()}
+      words = {k: jnp.take(v, tokens, axis=0) for k, v in table.items()}
     state, htilde, diagnostics, _ = self.step(
-        state, cache, emb, features, with_weights=with_weights
+        state, cache, emb, words, with_weights=with_weights
     )
     return state, self.logits(htilde), diagnostics
 

@@ -20,8 +20,10 @@ from tests import helpers
 
 
 @functools.lru_cache(maxsize=None)
-def _setup(query='current', seed=3, kind='global', readout='luong'):
-  config = helpers.tiny_config(kind, 'general', query=query, readout=readout)
+def _setup(
+    query='current', seed=3, kind='global', readout='luong', score='general'
+):
+  config = helpers.tiny_config(kind, score, query=query, readout=readout)
   model = helpers.make_model(config)
   params = helpers.init_params(model, seed=seed)
   # Sharpen the untrained output distribution so hypotheses differ in interesting ways.
@@ -55,6 +57,7 @@ def _beam(model, params, source, k, alpha, **kw):
           ratio=kw.get('ratio', 1.5),
           offset=kw.get('offset', 2),
           gate_table=kw.get('gate_table', 'auto'),
+          with_diagnostics=kw.get('with_diagnostics', False),
       )
   )(params, source)
 
@@ -337,10 +340,7 @@ def test_beam_search_reads_a_grouped_cache_as_the_repeated_one(
     kind, score, monkeypatch
 ):
   # GROUPED_CACHE kinds get one cache row per sentence for its K hypotheses.
-  config = helpers.tiny_config(kind, score)
-  model = helpers.make_model(config)
-  params = helpers.init_params(model, seed=3)
-  params = jax.tree_util.tree_map(lambda x: x * 3.0, params)
+  _, model, params = _setup(kind=kind, score=score)
   source = _sources(batch=5, length=7)
   single = scorers.Single(model)
   cache, _ = single.encode(params, source)
@@ -348,18 +348,7 @@ def test_beam_search_reads_a_grouped_cache_as_the_repeated_one(
   def run():
     beam_cache = single.beam_cache(cache, 3)
     rows = {x.shape[0] for x in jax.tree_util.tree_leaves(beam_cache)}
-    out = jax.jit(
-        functools.partial(
-            decode.beam_search,
-            model,
-            beam_size=3,
-            alpha=0.6,
-            ratio=1.5,
-            offset=2,
-            with_diagnostics=True,
-        )
-    )(params, source)
-    return rows, out
+    return rows, _beam(model, params, source, 3, 0.6, with_diagnostics=True)
 
   rows, grouped = run()
   assert rows == {5}

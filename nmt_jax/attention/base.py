@@ -118,6 +118,16 @@ def group(x, rows: int):
   return x.reshape((rows, -1) + x.shape[1:])
 
 
+def grouped_matmul(weights, values):
+  """sum_k weights[n, k] values[b, k, :] for the G rows n of each cache row b.
+
+  weights [B * G, K], values [B, K, D] -> [B * G, D].
+  """
+  grouped = group(weights, values.shape[0])  # [B, G, K]
+  out = jnp.einsum('bgk,bkd->bgd', grouped, values)
+  return out.reshape(weights.shape[0], -1)
+
+
 def source_cache(memory, lengths) -> Cache:
   """The part of every cache describing the source: memory, mask, lengths."""
   mask = jnp.arange(memory.shape[1])[None, :] < lengths[:, None]  # [B, S]

@@ -167,13 +167,6 @@ class ContentAttention(base.Attention):
     )
     return weights.reshape(query.shape[0], -1)
 
-  def grouped_context(self, weights, cache):
-    """sum_s a(s) hbar_s: weights [N, S] -> context [N, D]."""
-    memory = cache['memory']
-    grouped = base.group(weights, memory.shape[0])  # [B, G, S]
-    context = jnp.einsum('bgs,bsd->bgd', grouped, memory)
-    return context.reshape(weights.shape[0], -1)
-
   def attend_window(self, query, cache, positions, valid, logit_offset=None):
     """Masked softmax over gathered positions [B, W] -> weights [B, W].
 

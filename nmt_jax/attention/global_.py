@@ -21,7 +21,7 @@ class GlobalAttention(content.ContentAttention):
   ):
     del step, train
     weights = self.attend_all(query, cache)  # [N, S]
-    context = self.grouped_context(weights, cache)  # [N, D]
+    context = base.grouped_matmul(weights, cache['memory'])  # [N, D]
     rows_per_sentence = query.shape[0] // cache['lengths'].shape[0]
     diagnostics = {
         'window': (

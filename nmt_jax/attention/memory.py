@@ -116,17 +116,15 @@ class MemoryAttention(base.Attention):
       beta = base.softmax(logits)
     else:
       beta = jax.nn.sigmoid(logits)
-    rows = cache['slots'].shape[0]
-    grouped = base.group(beta, rows)  # [B, G, K]
-    context = jnp.einsum('bgk,bkd->bgd', grouped, cache['slots'])
-    context = context.reshape(query.shape[0], -1)  # [N, D]
+    context = base.grouped_matmul(beta, cache['slots'])  # [N, D]
     window = jnp.full(query.shape[:1], float(self.config.num_memory))
     diagnostics = {'window': window, 'computed': window}
     if with_weights:
       diagnostics['weights'] = beta
       # What the step attends to in the source: beta alpha^T.
-      source = jnp.einsum('bgk,bsk->bgs', grouped, cache['alpha'])
-      diagnostics['source_weights'] = source.reshape(query.shape[0], -1)
+      diagnostics['source_weights'] = base.grouped_matmul(
+          beta, jnp.swapaxes(cache['alpha'], 1, 2)
+      )
     return context, state, diagnostics
 
   @classmethod
