@@ -163,6 +163,9 @@ if part levers; then
   bench train 50 1 lever_hoist_weight_grads --repeats=3 "${OTHER[@]}" \
     --compare.model.hoist_weight_grads=false
   bench train 50 1 lever_bfloat16 --repeats=3 "${OTHER[@]}" --config.model.dtype=bfloat16
+  bench train 50 1 lever_scan_unroll2 --repeats=3 "${OTHER[@]}" --config.model.scan_unroll=2
+  bench decode 50 1 lever_decode_unroll4 "${DECODE[@]}" "${OTHER[@]}" \
+    --config.decode.unroll=4 --compare.decode.beam_size=10 --compare.decode.batch_size=64
   # Attention's cost at long sources, against global general attention:
   # memory K = 64 at L = 200, flexible at Shu & Nakayama's tau = 1.2, L = 150.
   kinds kinds_L200 configs/memory_k64.py:copy200 200

@@ -3,9 +3,10 @@
 All three are pure functions of (params, source) compiled with jit; the
 per-token loop is a `lax.while_loop`, never Python. The searches take a model
 or a scorer (scorers.py: one model or an ensemble, whose params are then a
-tuple of the members' parameters). Every row of a batch is
-decoded independently of the others (its own length limit, its own stopping
-test), so outputs do not depend on the batch size or on source padding.
+tuple of the members' parameters). Every row of a batch is decoded apart
+(its own length limit, its own stopping test), so outputs do not depend on
+the batch size or on source padding. `unroll` runs several steps per loop
+iteration (fewer iterations, the same output).
 
 Length limit: a hypothesis of a source with n tokens (EOS included) has at
 most floor(ratio * n) + offset tokens, EOS included; at that last step only
@@ -58,8 +59,7 @@ class Windows(NamedTuple):
 
 class DecodeOutput(NamedTuple):
   tokens: jax.Array  # [B, T] best hypothesis, EOS-terminated, PAD after
-  # [B] its score (log-probability, length-normalised for beams)
-  scores: jax.Array
+  scores: jax.Array  # [B] its log-probability (length-normalised in beams)
   windows: Windows
   # Per step [B, T, ...] of the best hypothesis: every diagnostic
   # (with_diagnostics) and/or 'alignment' (alignments: argmax source position).
@@ -131,6 +131,22 @@ def _history(diagnostics, length):
   )
 
 
+def unrolled(cond, body, unroll: int):
+  """A while-loop body of `unroll` steps; each after the first is kept only
+  where `cond` still holds, so the loop's result is the plain loop's."""
+  if unroll == 1:
+    return body
+
+  def body_unrolled(carry):
+    carry = body(carry)
+    for _ in range(unroll - 1):
+      keep = functools.partial(jnp.where, cond(carry))
+      carry = jax.tree_util.tree_map(keep, body(carry), carry)
+    return carry
+
+  return body_unrolled
+
+
 def greedy_search(
     model: models.Seq2Seq,
     params,
@@ -140,7 +156,8 @@ def greedy_search(
     offset: int,
     with_diagnostics: bool = False,
     alignments: bool = False,
-    gate_table: str = 'auto'
+    gate_table: str = 'auto',
+    unroll: int = 1
 ) -> DecodeOutput:
   """Argmax decoding of source [B, S] -> DecodeOutput."""
   batch = source.shape[0]
@@ -171,16 +188,8 @@ def greedy_search(
       history = jax.tree_util.tree_map(
           lambda h, d: h.at[:, i].set(d), history, kept
       )
-    return (
-        i + 1,
-        state,
-        tokens,
-        done | (tokens == EOS),
-        out,
-        score,
-        windows,
-        history,
-    )
+    done = done | (tokens == EOS)
+    return (i + 1, state, tokens, done, out, score, windows, history)
 
   init = (
       jnp.int32(0),
@@ -193,7 +202,7 @@ def greedy_search(
       history,
   )
   _, _, _, _, out, score, windows, history = jax.lax.while_loop(
-      cond, body, init
+      cond, unrolled(cond, body, unroll), init
   )
   return DecodeOutput(out, score, windows, history)
 
@@ -222,7 +231,8 @@ def beam_search(
     offset: int,
     with_diagnostics: bool = False,
     alignments: bool = False,
-    gate_table: str = 'auto'
+    gate_table: str = 'auto',
+    unroll: int = 1
 ) -> DecodeOutput:
   """Batched beam search of source [B, S] -> DecodeOutput with the n-best lists.
 
@@ -359,7 +369,7 @@ def beam_search(
       live_history=live_history,
       fin_history=fin_history,
   )
-  s = jax.lax.while_loop(cond, body, init)
+  s = jax.lax.while_loop(cond, unrolled(cond, body, unroll), init)
 
   # A sentence with no finished hypothesis (only if the loop bound cut it)
   # falls back to live ones.
@@ -421,6 +431,7 @@ def make_decode_fn(
       with_diagnostics=with_diagnostics,
       alignments=alignments,
       gate_table=decode_config.gate_table,
+      unroll=decode_config.unroll,
   )
   if beam_size == 1:
     fn = functools.partial(greedy_search, model, **common)

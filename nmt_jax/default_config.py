@@ -119,6 +119,11 @@ def get_config(arg=None):
   # after its backward loop instead of one per step (nmt_jax/hoisting.py).
   # A speed switch, not part of the model's identity.
   config.model.hoist_weight_grads = True
+  # Time steps per iteration of the training loops (the encoder LSTMs'
+  # forward and backward scans, the decoder's scan): the same values with
+  # fewer loop iterations, for accelerators where each iteration has a fixed
+  # cost. A speed switch, not part of the model's identity.
+  config.model.scan_unroll = 1
   # Luong input feeding: htilde_{t-1} is concatenated to the decoder input.
   config.model.input_feeding = True
   # Attention query: 'current' (Luong, h_t) or 'previous' (Bahdanau, h_{t-1};
@@ -249,6 +254,10 @@ def get_config(arg=None):
   # the vocabulary has fewer words than the loop's rows x steps). Same
   # results either way (float rounding aside).
   config.decode.gate_table = 'auto'
+  # Decoding steps per iteration of the search loop: the same output in
+  # fewer iterations (see model.scan_unroll); a step past the end of the
+  # search is computed and discarded.
+  config.decode.unroll = 1
 
   # ---------------------------------------------------------------- parallelism
   config.parallel = ml_collections.ConfigDict()

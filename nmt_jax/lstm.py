@@ -108,8 +108,8 @@ def lstm_update(carry: Carry, gates: jax.Array) -> Carry:
   return c, s[..., 3, :] * jnp.tanh(c)
 
 
-@functools.partial(jax.custom_vjp, nondiff_argnums=(3,))
-def lstm_recurrence(x_gates, w_h, valid, explicit_weight_grads=True):
+@functools.partial(jax.custom_vjp, nondiff_argnums=(3, 4))
+def lstm_recurrence(x_gates, w_h, valid, explicit_weight_grads=True, unroll=1):
   """The recurrence of an LSTM layer over time, from zero initial state.
 
   Args:
@@ -118,16 +118,18 @@ def lstm_recurrence(x_gates, w_h, valid, explicit_weight_grads=True):
     valid: [T, B, 1] float, 1 where step t of row b is a real token. At other
       steps the carry is left unchanged (outputs there are still computed).
     explicit_weight_grads: dW_h by `weight_grad(..., explicit=True)`.
+    unroll: steps per iteration of the forward and backward loops
+      (`jax.lax.scan`'s unroll; the same values, fewer loop iterations).
   Returns:
     outputs [T, B, H] (h of every step), final carry (c, h) [B, H].
 
   The hand-written backward (below) keeps the per-step loop to one GEMM and a
   broadcast multiply; autodiff's loop body is ~3x slower on XLA:CPU.
   """
-  return _recurrence_forward(x_gates, w_h, valid)[0]
+  return _recurrence_forward(x_gates, w_h, valid, unroll)[0]
 
 
-def _recurrence_forward(x_gates, w_h, valid):
+def _recurrence_forward(x_gates, w_h, valid, unroll):
   def step(carry, inputs):
     gates_t, valid_t = inputs
     c, h = carry
@@ -141,14 +143,14 @@ def _recurrence_forward(x_gates, w_h, valid):
   batch, h_size = x_gates.shape[1], w_h.shape[0]
   zeros = jnp.zeros((batch, h_size), x_gates.dtype)
   carry, (outputs, residuals) = jax.lax.scan(
-      step, (zeros, zeros), (x_gates, valid)
+      step, (zeros, zeros), (x_gates, valid), unroll=unroll
   )
   return (outputs, carry), residuals
 
 
-def _recurrence_fwd(x_gates, w_h, valid, explicit_weight_grads):
+def _recurrence_fwd(x_gates, w_h, valid, explicit_weight_grads, unroll):
   (outputs, carry), (h_prev, c_prev, s, g, tanh_c) = _recurrence_forward(
-      x_gates, w_h, valid
+      x_gates, w_h, valid, unroll
   )
   # All steps at once: d z_t = select(gate == o, dh_t, dc_t) * multipliers_t.
   gate = jnp.arange(4)[:, None]  # [4, 1]
@@ -168,7 +170,7 @@ def _recurrence_fwd(x_gates, w_h, valid, explicit_weight_grads):
   return (outputs, carry), (w_h, valid, h_prev, multipliers, dc_from_h, f)
 
 
-def _recurrence_bwd(explicit_weight_grads, residuals, cotangents):
+def _recurrence_bwd(explicit_weight_grads, unroll, residuals, cotangents):
   w_h, valid, h_prev, multipliers, dc_from_h, f = residuals
   d_outputs, (dc_final, dh_final) = cotangents
   gate = jnp.arange(4)[:, None]
@@ -190,6 +192,7 @@ def _recurrence_bwd(explicit_weight_grads, residuals, cotangents):
       (dc_final, dh_final),
       (d_outputs, valid, multipliers, dc_from_h, f),
       reverse=True,
+      unroll=unroll,
   )
   # One [H, T*B] x [T*B, 4H] GEMM instead of T small ones.
   d_w_h = weight_grad(
@@ -226,6 +229,7 @@ class LSTM(nn.Module):
   forget_bias: float = 1.0
   reverse: bool = False
   explicit_weight_grads: bool = True  # see weight_grad
+  unroll: int = 1  # see lstm_recurrence
 
   @nn.compact
   def __call__(self, x: jax.Array, lengths: jax.Array):
@@ -254,7 +258,7 @@ class LSTM(nn.Module):
     )
     # [T, B, H]
     outputs, carry = lstm_recurrence(
-        x_gates, w_h, valid, self.explicit_weight_grads
+        x_gates, w_h, valid, self.explicit_weight_grads, self.unroll
     )
     if self.reverse:
       outputs = reverse_padded(outputs, lengths)
@@ -267,6 +271,7 @@ class BiLSTM(nn.Module):
   features: int
   forget_bias: float = 1.0
   explicit_weight_grads: bool = True
+  unroll: int = 1  # see lstm_recurrence
 
   @nn.compact
   def __call__(self, x, lengths):
@@ -277,13 +282,18 @@ class BiLSTM(nn.Module):
     half = self.features // 2
     fast = self.explicit_weight_grads
     out_f, (c_f, h_f) = LSTM(
-        half, self.forget_bias, explicit_weight_grads=fast, name='forward'
+        half,
+        self.forget_bias,
+        explicit_weight_grads=fast,
+        unroll=self.unroll,
+        name='forward',
     )(x, lengths)
     out_b, (c_b, h_b) = LSTM(
         half,
         self.forget_bias,
         reverse=True,
         explicit_weight_grads=fast,
+        unroll=self.unroll,
         name='backward',
     )(x, lengths)
     carry = (jnp.concatenate([c_f, c_b], -1), jnp.concatenate([h_f, h_b], -1))

@@ -67,6 +67,7 @@ class Encoder(nn.Module):
           cfg.hidden_size,
           cfg.forget_bias,
           explicit_weight_grads=cfg.explicit_weight_grads,
+          unroll=cfg.scan_unroll,
           name=f'layer_{layer}',
       )(x, lengths)
       finals.append(final)
@@ -318,6 +319,7 @@ class Decoder(nn.Module):
         body,
         variable_broadcast='params',
         split_rngs={'params': False, 'dropout': True},
+        unroll=self.config.scan_unroll,
     )
     _, (htildes, diagnostics, records) = scan(
         self, state, (emb, words, keep, probes)

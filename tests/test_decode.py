@@ -4,6 +4,7 @@ import functools
 import itertools
 
 import jax
+import jax.extend
 import numpy as np
 import pytest
 
@@ -43,6 +44,8 @@ def _greedy(model, params, source, **kw):
           ratio=kw.get('ratio', 1.5),
           offset=kw.get('offset', 2),
           gate_table=kw.get('gate_table', 'auto'),
+          with_diagnostics=kw.get('with_diagnostics', False),
+          unroll=kw.get('unroll', 1),
       )
   )(params, source)
 
@@ -58,6 +61,7 @@ def _beam(model, params, source, k, alpha, **kw):
           offset=kw.get('offset', 2),
           gate_table=kw.get('gate_table', 'auto'),
           with_diagnostics=kw.get('with_diagnostics', False),
+          unroll=kw.get('unroll', 1),
       )
   )(params, source)
 
@@ -364,3 +368,63 @@ def test_beam_search_reads_a_grouped_cache_as_the_repeated_one(
         grouped.nbest_diagnostics[name], value, rtol=1e-5, atol=1e-6
     )
   assert 'weights' in repeated.nbest_diagnostics
+
+
+def _count_in_loops(jaxpr, primitive, inside=False):
+  """How many `primitive` equations the while-loop bodies of a jaxpr hold."""
+  count = 0
+  for eqn in jaxpr.eqns:
+    count += inside and eqn.primitive.name == primitive
+    loop = eqn.primitive.name == 'while'
+    for sub in jax.extend.core.jaxprs_in_params(eqn.params):
+      count += _count_in_loops(sub, primitive, inside or loop)
+  return count
+
+
+@pytest.mark.parametrize('k', [1, 3])
+def test_unrolled_search_loops_decode_as_the_plain_ones(k):
+  # 12 steps at most (7 source positions, ratio 1.5, offset 2), 5 per
+  # iteration: sentences stop inside an iteration and the last is partial.
+  _, model, params = _setup()
+  source = _sources(batch=5, length=7)
+  run = lambda unroll: (
+      _greedy(model, params, source, with_diagnostics=True, unroll=unroll)
+      if k == 1
+      else _beam(
+          model, params, source, k, 0.6, with_diagnostics=True, unroll=unroll
+      )
+  )
+  plain, unrolled = run(1), run(5)
+  for name in ('tokens', 'nbest_tokens'):
+    np.testing.assert_array_equal(getattr(unrolled, name), getattr(plain, name))
+  np.testing.assert_allclose(unrolled.scores, plain.scores, rtol=1e-6)
+  for got, want in zip(unrolled.windows, plain.windows):
+    np.testing.assert_allclose(got, want, rtol=1e-6)
+  for name, value in plain.diagnostics.items():
+    np.testing.assert_allclose(
+        unrolled.diagnostics[name], value, rtol=1e-5, atol=1e-6, err_msg=name
+    )
+  # The loop body runs 5 decoder steps (each has one output softmax).
+  search = decode.greedy_search if k == 1 else decode.beam_search
+  kwargs = {} if k == 1 else dict(beam_size=k, alpha=0.6)
+  jaxprs = [
+      jax.make_jaxpr(
+          functools.partial(
+              search, model, ratio=1.5, offset=2, unroll=unroll, **kwargs
+          )
+      )(params, source).jaxpr
+      for unroll in (1, 5)
+  ]
+  steps = [_count_in_loops(j, 'argmax' if k == 1 else 'top_k') for j in jaxprs]
+  assert steps[1] == 5 * steps[0] > 0, steps
+
+
+def test_an_unrolled_loop_stops_where_the_plain_one_does():
+  # Steps past the condition are discarded, not only harmless ones.
+  cond = lambda c: c[0] < 7
+  body = lambda c: (c[0] + 1, c[1] * 2.0)
+  for unroll in (1, 2, 3, 7, 8):
+    i, x = jax.lax.while_loop(
+        cond, decode.unrolled(cond, body, unroll), (0, 1.0)
+    )
+    assert (int(i), float(x)) == (7, 128.0), unroll

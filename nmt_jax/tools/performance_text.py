@@ -84,6 +84,17 @@ LEVERS = (
         'lever_bfloat16.json',
         'bfloat16 compute (`model.dtype=bfloat16`) vs float32',
     ),
+    (
+        'lever_scan_unroll2.json',
+        (
+            'training loops unrolled, 2 steps per iteration '
+            '(`model.scan_unroll=2`) vs 1'
+        ),
+    ),
+    (
+        'lever_decode_unroll4.json',
+        'search loops unrolled, 4 steps per iteration (`decode.unroll=4`) vs 1',
+    ),
 )
 
 
