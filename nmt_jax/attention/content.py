@@ -168,12 +168,15 @@ class ContentAttention(base.Attention):
     return weights.reshape(query.shape[0], -1)
 
   def attend_window(self, query, cache, positions, valid, logit_offset=None):
-    """Masked softmax over gathered positions [B, W] -> weights [B, W].
+    """Masked softmax over gathered positions -> weights [N, W].
 
-    O(W) work, not O(S): only the gathered keys are scored.
+    query [N, H]: N = B * G rows, G per cache row (base.group); positions
+    [B, W] of each cache row, gathered once for its G queries; valid and
+    logit_offset [N, W]. O(W) work, not O(S): only those keys are scored.
     """
     keys = gather_positions(cache['keys'], positions)
-    scores = self.scorer(query[:, None], keys, positions)[:, 0]
+    grouped = base.group(query, positions.shape[0])  # [B, G, H]
+    scores = self.scorer(grouped, keys, positions).reshape(valid.shape)
     if logit_offset is not None:
       scores = scores + logit_offset
     return base.masked_softmax(scores, valid, dtype=cache['memory'].dtype)

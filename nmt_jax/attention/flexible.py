@@ -10,7 +10,10 @@ the integers in (p_{t-1} - r, p_{t-1} + r), r = sigma sqrt(2 tau / g(t)),
 within the sentence (if none is, the one nearest p_{t-1}). Their scores are
 computed on a gathered window whose static width is the smallest of
 `window_buckets(S)` that holds the widest kept interval of the batch, chosen
-per step by `nn.switch`: a narrow focus costs a narrow computation.
+per step by `nn.switch`: a narrow focus costs a narrow computation. In beam
+search the K hypotheses of a sentence share one gathered window (the union
+of their kept intervals) and one cache row (GROUPED_CACHE); each still
+attends to its own interval only.
 tau = inf (and training) takes the untruncated path over all S positions.
 
 W_g [h_{t-1}; i_t] = W_g^h h_{t-1} + W_g^i i_t: the second term depends on
@@ -73,6 +76,7 @@ class FlexibleAttention(content.ContentAttention):
       'tau': (math.inf, errors.non_negative_or_inf),
   }
   HAS_STRENGTH = True
+  GROUPED_CACHE = True
   DECODING_FIELDS = ('tau',)
   RANK = 40
   PLOT = 'vision_span'
@@ -122,17 +126,18 @@ class FlexibleAttention(content.ContentAttention):
   def __call__(
       self, query, cache, state, step, with_weights=False, train=False
   ):
-    g = self.strength(step)
+    g = self.strength(step)  # [N]: N = B * G rows, G per sentence
     previous = state['center']
-    lengths = cache['lengths']
-    length = cache['mask'].shape[1]
+    sentences, length = cache['mask'].shape
+    rows_per_sentence = query.shape[0] // sentences
+    lengths = jnp.repeat(cache['lengths'], rows_per_sentence)  # [N]
     tau = math.inf if train else self.config.tau
     diagnostics = {'strength': g, 'previous_center': previous}
     if math.isinf(tau):
-      positions = jnp.broadcast_to(jnp.arange(length), cache['mask'].shape)
+      positions = jnp.broadcast_to(jnp.arange(length), (g.shape[0], length))
       offset = -self.penalty(g, previous, positions)
-      weights = self.attend_all(query, cache, offset)  # [B, S]
-      context = jnp.einsum('bs,bsd->bd', weights, cache['memory'])
+      weights = self.attend_all(query, cache, offset)  # [N, S]
+      context = base.grouped_matmul(weights, cache['memory'])
       center = jnp.sum(base.at_least_float32(weights) * positions, -1)
       diagnostics.update(
           window=lengths.astype(jnp.float32),
@@ -143,10 +148,12 @@ class FlexibleAttention(content.ContentAttention):
       full_weights = weights
     else:
       first, last = self.kept_interval(g, previous, lengths, tau)
+      # Each sentence's window: the union of its rows' kept intervals.
+      start = jnp.min(base.group(first, sentences), 1)  # [B]
+      end = jnp.max(base.group(last, sentences), 1)
       widths = window_buckets(length)
-      widest = jnp.max(last - first + 1)
-      branch = jnp.searchsorted(jnp.array(widths), widest)
-      operands = (query, cache, g, previous, first, last)
+      branch = jnp.searchsorted(jnp.array(widths), jnp.max(end - start + 1))
+      operands = (query, cache, g, previous, first, last, start)
       if self.is_initializing():  # params must exist before the switch
         out = self.windowed(length, with_weights, *operands)
       else:
@@ -168,20 +175,22 @@ class FlexibleAttention(content.ContentAttention):
     return context, {'center': center}, diagnostics
 
   def windowed(
-      self, width, with_weights, query, cache, g, previous, first, last
+      self, width, with_weights, query, cache, g, previous, first, last, start
   ):
-    """Attention over `width` positions from `first` (those <= last valid)."""
+    """Attention of each row over its kept positions first..last [N], within
+    its sentence's window of `width` positions from start [B]."""
     length = cache['mask'].shape[1]
-    positions = first[:, None] + jnp.arange(width)  # [B, W]
-    valid = positions <= last[:, None]
-    offset = -self.penalty(g, previous, positions)
+    positions = start[:, None] + jnp.arange(width)  # [B, W]
+    rows = jnp.repeat(positions, g.shape[0] // start.shape[0], 0)  # [N, W]
+    valid = (rows >= first[:, None]) & (rows <= last[:, None])
+    offset = -self.penalty(g, previous, rows)
     weights = self.attend_window(query, cache, positions, valid, offset)
     window_memory = content.gather_positions(cache['memory'], positions)
-    context = jnp.einsum('bw,bwd->bd', weights, window_memory)  # [B, D]
-    center = jnp.sum(base.at_least_float32(weights) * positions, -1)
+    context = base.grouped_matmul(weights, window_memory)  # [N, D]
+    center = jnp.sum(base.at_least_float32(weights) * rows, -1)
     scattered = None
     if with_weights:
-      scattered = content.scatter_positions(weights, positions, valid, length)
+      scattered = content.scatter_positions(weights, rows, valid, length)
     return context, center, scattered, jnp.full(g.shape, float(width))
 
   @classmethod

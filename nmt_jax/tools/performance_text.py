@@ -106,7 +106,8 @@ KINDS = (
         (
             'Decoding 256 copy-task sentences of up to 200 tokens (random'
             ' weights, each hypothesis as long as its reference), alternating'
-            ' in one process.'
+            ' in one process. In beam search both read one cache row per'
+            ' sentence for its K hypotheses (`GROUPED_CACHE`).'
         ),
     ),
     (
@@ -119,7 +120,10 @@ KINDS = (
             ' random weights the focus barely moves: the cost of the machinery'
             ' at a narrow window. Its strength network g(t) reads W_g^i i_t'
             ' from a per-word table (`decode.gate_table`), so it runs one'
-            ' [B, H] x [H, H] product per step.'
+            ' [B, H] x [H, H] product per step. In beam search both read one'
+            ' cache row per sentence for its K hypotheses (`GROUPED_CACHE`);'
+            ' flexible gathers one window per sentence, the union of its'
+            " hypotheses' kept intervals."
         ),
     ),
 )
