@@ -171,6 +171,12 @@ if part levers; then
   kinds kinds_L200 configs/memory_k64.py:copy200 200
   kinds kinds_flexible_L150 configs/flexible.py:copy150 150 \
     --config.model.attention.tau=1.2
+  # The same at sources of about L tokens (lengths L - 10 .. L, not 1 .. L).
+  kinds kinds_L200_long configs/memory_k64.py:copy200 200 \
+    --config.data.min_length=190 --compare.data.min_length=190
+  kinds kinds_flexible_L150_long configs/flexible.py:copy150 150 \
+    --config.model.attention.tau=1.2 --config.data.min_length=140 \
+    --compare.data.min_length=140
   for chunk in 0 10; do
     run "train_memory_chunk$chunk" "$PYTHON" -m nmt_jax.bench train_memory \
       --config=configs/memory_k64.py:wmt17_de_en --config.train.loss_chunk=$chunk \

@@ -7,6 +7,8 @@ import subprocess
 
 import pytest
 
+from nmt_jax.tools import performance_text
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CONFIG = 'configs/memory_k64.py'
 
@@ -332,3 +334,13 @@ def test_performance_on_a_gpu_runs_both_toolkits_there_unpinned(tmp_path):
   result = _performance_dry_run(tmp_path, PLATFORM='tpu')
   assert result.returncode == 2
   assert result.stderr.strip() == 'error: PLATFORM=tpu: use cpu or gpu'
+
+
+def test_the_script_writes_every_file_the_performance_page_reads(tmp_path):
+  result = _performance_dry_run(tmp_path, PARTS='levers')
+  assert result.returncode == 0, result.stderr
+  written = set(re.findall(r'--json=\S*/(\w+\.json)', result.stdout))
+  read = [
+      entry[0] for entry in performance_text.LEVERS + performance_text.KINDS
+  ]
+  assert len(read) == 11 and set(read) <= written, set(read) - written

@@ -126,4 +126,27 @@ KINDS = (
             " hypotheses' kept intervals."
         ),
     ),
+    (
+        'kinds_L200_long.json',
+        (
+            'memory K = 64 against global general attention, sources of 190-200'
+            ' tokens'
+        ),
+        (
+            'As above (L = 200), with every copy-task sentence 190 to 200'
+            ' tokens long instead of 1 to 200 (`data.min_length=190`): the'
+            ' source length the comparison is about, not its average.'
+        ),
+    ),
+    (
+        'kinds_flexible_L150_long.json',
+        (
+            'flexible attention (tau = 1.2) against global general, sources of'
+            ' 140-150 tokens'
+        ),
+        (
+            'As above (L = 150), with every copy-task sentence 140 to 150'
+            ' tokens long (`data.min_length=140`).'
+        ),
+    ),
 )
