@@ -123,7 +123,13 @@ KINDS = (
             ' [B, H] x [H, H] product per step. In beam search both read one'
             ' cache row per sentence for its K hypotheses (`GROUPED_CACHE`);'
             ' flexible gathers one window per sentence, the union of its'
-            " hypotheses' kept intervals."
+            " hypotheses' kept intervals. Each kind runs its own config:"
+            " flexible is Shu & Nakayama's decoder (query h_{t-1}, whose"
+            ' context also feeds the LSTM, so layer 0 reads 1,024 inputs'
+            ' instead of 768; concat score, one more [B, H] x [H, H] product'
+            " per step), global general is Luong's (query h_t): the rows"
+            " compare the two configs' decoding, not the attention kinds"
+            ' alone.'
         ),
     ),
     (
