@@ -177,6 +177,12 @@ if part levers; then
   kinds kinds_flexible_L150_long configs/flexible.py:copy150 150 \
     --config.model.attention.tau=1.2 --config.data.min_length=140 \
     --compare.data.min_length=140
+  # Flexible against global in flexible's decoder (query h_{t-1}, concat
+  # score): the attention kinds alone.
+  kinds kinds_flexible_L150_same_decoder configs/flexible.py:copy150 150 \
+    --config.model.attention.tau=1.2 --config.data.min_length=140 \
+    --compare.data.min_length=140 --compare.model.query=previous \
+    --compare.model.attention.score=concat
   for chunk in 0 10; do
     run "train_memory_chunk$chunk" "$PYTHON" -m nmt_jax.bench train_memory \
       --config=configs/memory_k64.py:wmt17_de_en --config.train.loss_chunk=$chunk \

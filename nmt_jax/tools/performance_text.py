@@ -155,4 +155,18 @@ KINDS = (
             ' tokens long (`data.min_length=140`).'
         ),
     ),
+    (
+        'kinds_flexible_L150_same_decoder.json',
+        (
+            'flexible attention (tau = 1.2) against global concat attention in'
+            " flexible's decoder, sources of 140-150 tokens"
+        ),
+        (
+            'As above (140-150 tokens), with global attention in the same'
+            ' decoder as flexible (query h_{t-1}, concat score:'
+            ' `--compare.model.query=previous'
+            ' --compare.model.attention.score=concat`): the two attention'
+            ' kinds alone.'
+        ),
+    ),
 )
