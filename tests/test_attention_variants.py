@@ -16,6 +16,7 @@ from nmt_jax import default_config
 from nmt_jax import errors
 from nmt_jax import models
 from nmt_jax import validation
+from nmt_jax.attention import content
 from nmt_jax.attention import flexible
 from nmt_jax.attention import memory as memory_kind
 from nmt_jax.vocab import PAD
@@ -191,7 +192,7 @@ def test_flexible_windowed_equals_masked_numpy(tau):
   if math.isinf(tau):
     assert np.all(computed == S)
   else:  # the smallest bucket holding the widest kept interval of the batch
-    buckets = flexible.window_buckets(S)
+    buckets = content.window_buckets(S)
     assert computed[0] == min(w for w in buckets if w >= kept.sum(1).max())
 
 

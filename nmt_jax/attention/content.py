@@ -128,6 +128,16 @@ def gather_positions(x, positions):
   return jnp.take_along_axis(x, index, axis=1)
 
 
+def window_buckets(length: int, smallest: int = 8):
+  """Static window widths to pick from: smallest, 2 x smallest, ... and the
+  full length."""
+  widths, width = [], smallest
+  while width < length:
+    widths.append(width)
+    width *= 2
+  return widths + [length]
+
+
 def scatter_positions(weights, positions, valid, length):
   """Window weights [B, W] at positions [B, W] -> source weights [B, length]."""
   rows = jnp.arange(weights.shape[0])[:, None]
@@ -180,6 +190,35 @@ class ContentAttention(base.Attention):
     if logit_offset is not None:
       scores = scores + logit_offset
     return base.masked_softmax(scores, valid, dtype=cache['memory'].dtype)
+
+  def window_rows(self, width, start, first, last):
+    """Sentence b's window start[b] .. start[b] + width - 1 -> positions
+    [B, W]; the same for its G rows -> rows [N, W], and valid [N, W]: the
+    row's kept positions first..last [N]."""
+    positions = start[:, None] + jnp.arange(width)
+    rows = jnp.repeat(positions, first.shape[0] // start.shape[0], 0)
+    valid = (rows >= first[:, None]) & (rows <= last[:, None])
+    return positions, rows, valid
+
+  def attend_union(self, windowed, widths, sentences, first, last, *operands):
+    """windowed(module, width, start, *operands) on one window per sentence.
+
+    first, last [N]: each row's first and last kept position (N = B * G
+    rows, G per sentence of the B `sentences`). Sentence b's window starts at start [B], the
+    first kept position of its rows, and has the smallest of the static
+    `widths` that holds the union of its rows' intervals in every sentence
+    of the batch, picked per step (`nn.switch`): a narrow focus costs a
+    narrow computation, and the G rows share one gather.
+    """
+    start = jnp.min(base.group(first, sentences), 1)
+    if len(widths) == 1:
+      return windowed(self, widths[0], start, *operands)
+    end = jnp.max(base.group(last, sentences), 1)
+    branch = jnp.searchsorted(jnp.array(widths), jnp.max(end - start + 1))
+    if self.is_initializing():  # params must exist before the switch
+      return windowed(self, widths[-1], start, *operands)
+    branches = [lambda mdl, *ops, w=w: windowed(mdl, w, *ops) for w in widths]
+    return nn.switch(branch, branches, self, start, *operands)
 
   @classmethod
   def content_cost(cls, model_config, source_length, width) -> base.Cost:

@@ -9,7 +9,7 @@ Outside training, positions with penalty >= tau are dropped: the kept set is
 the integers in (p_{t-1} - r, p_{t-1} + r), r = sigma sqrt(2 tau / g(t)),
 within the sentence (if none is, the one nearest p_{t-1}). Their scores are
 computed on a gathered window whose static width is the smallest of
-`window_buckets(S)` that holds the widest kept interval of the batch, chosen
+`content.window_buckets(S)` that holds the widest kept interval of the batch, chosen
 per step by `nn.switch`: a narrow focus costs a narrow computation. In beam
 search the K hypotheses of a sentence share one gathered window (the union
 of their kept intervals) and one cache row (GROUPED_CACHE); each still
@@ -31,15 +31,6 @@ import jax.numpy as jnp
 from nmt_jax import errors
 from nmt_jax.attention import base
 from nmt_jax.attention import content
-
-
-def window_buckets(length: int):
-  """Static window widths to pick from: 8, 16, 32, ... and the full length."""
-  widths, width = [], 8
-  while width < length:
-    widths.append(width)
-    width *= 2
-  return widths + [length]
 
 
 class BlockDense(nn.Module):
@@ -148,20 +139,19 @@ class FlexibleAttention(content.ContentAttention):
       full_weights = weights
     else:
       first, last = self.kept_interval(g, previous, lengths, tau)
-      # Each sentence's window: the union of its rows' kept intervals.
-      start = jnp.min(base.group(first, sentences), 1)  # [B]
-      end = jnp.max(base.group(last, sentences), 1)
-      widths = window_buckets(length)
-      branch = jnp.searchsorted(jnp.array(widths), jnp.max(end - start + 1))
-      operands = (query, cache, g, previous, first, last, start)
-      if self.is_initializing():  # params must exist before the switch
-        out = self.windowed(length, with_weights, *operands)
-      else:
-        branches = [
-            lambda mdl, *ops, w=w: mdl.windowed(w, with_weights, *ops)
-            for w in widths
-        ]
-        out = nn.switch(branch, branches, self, *operands)
+      out = self.attend_union(
+          lambda mdl, width, *ops: mdl.windowed(width, with_weights, *ops),
+          content.window_buckets(length),
+          sentences,
+          first,
+          last,
+          query,
+          cache,
+          g,
+          previous,
+          first,
+          last,
+      )
       context, center, full_weights, computed = out
       diagnostics.update(
           window=(last - first + 1).astype(jnp.float32),
@@ -175,14 +165,12 @@ class FlexibleAttention(content.ContentAttention):
     return context, {'center': center}, diagnostics
 
   def windowed(
-      self, width, with_weights, query, cache, g, previous, first, last, start
+      self, width, with_weights, start, query, cache, g, previous, first, last
   ):
     """Attention of each row over its kept positions first..last [N], within
     its sentence's window of `width` positions from start [B]."""
     length = cache['mask'].shape[1]
-    positions = start[:, None] + jnp.arange(width)  # [B, W]
-    rows = jnp.repeat(positions, g.shape[0] // start.shape[0], 0)  # [N, W]
-    valid = (rows >= first[:, None]) & (rows <= last[:, None])
+    positions, rows, valid = self.window_rows(width, start, first, last)
     offset = -self.penalty(g, previous, rows)
     weights = self.attend_window(query, cache, positions, valid, offset)
     window_memory = content.gather_positions(cache['memory'], positions)

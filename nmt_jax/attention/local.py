@@ -10,7 +10,10 @@
 
 A window crossing a sentence boundary is truncated, not shifted; the softmax
 runs over its in-sentence positions only. Only the 2D + 1 gathered positions
-are scored.
+are scored. In beam search the K hypotheses of a sentence share one cache row
+and one gathered window (GROUPED_CACHE): local-m's K windows are one; local-p's
+window is the union of its hypotheses' (`attend_union`, a static width picked
+per step), each hypothesis still attending to its own 2D + 1 positions.
 """
 
 import flax.linen as nn
@@ -31,9 +34,12 @@ class LocalAttention(content.ContentAttention):
   """The window, softmax and context shared by local-m and local-p."""
 
   FIELDS = {**content.SCORE_FIELD, **WINDOW_FIELD}
+  GROUPED_CACHE = True
+  # Whether the G rows of a sentence have one centre (local-m: p_t = t).
+  SHARED_CENTER = False
 
-  def center(self, query, cache, step):
-    """Real-valued p_t [B]."""
+  def center(self, query, lengths, step):
+    """Real-valued p_t [N] of the N rows; lengths [N] their sentences'."""
     raise NotImplementedError
 
   def reweight(self, weights, positions, center):
@@ -46,25 +52,55 @@ class LocalAttention(content.ContentAttention):
   ):
     del train
     half = self.config.window
-    p = self.center(query, cache, step)
-    offsets = jnp.arange(-half, half + 1)
-    positions = jnp.floor(p).astype(jnp.int32)[:, None] + offsets  # [B, 2D+1]
-    valid = (positions >= 0) & (positions < cache['lengths'][:, None])
-    weights = self.attend_window(query, cache, positions, valid)
-    weights = self.reweight(weights, positions, p)
-    window_memory = content.gather_positions(cache['memory'], positions)
-    context = jnp.einsum('bw,bwd->bd', weights, window_memory)  # [B, D]
+    sentences, length = cache['mask'].shape
+    rows_per_sentence = query.shape[0] // sentences
+    lengths = jnp.repeat(cache['lengths'], rows_per_sentence)  # [N]
+    p = self.center(query, lengths, step)
+    middle = jnp.floor(p).astype(jnp.int32)
+    # The window within the sentence: a truncated window is not shifted.
+    first, last = jnp.maximum(middle - half, 0), jnp.minimum(
+        middle + half, lengths - 1
+    )
+    if rows_per_sentence == 1 or self.SHARED_CENTER:
+      widths = [min(2 * half + 1, length)]  # every sentence's rows agree
+    else:  # beam search, local-p: the union of K windows
+      widths = content.window_buckets(length, smallest=2 * half + 1)
+    context, computed, weights = self.attend_union(
+        lambda mdl, width, *ops: mdl.windowed(width, with_weights, *ops),
+        widths,
+        sentences,
+        first,
+        last,
+        query,
+        cache,
+        p,
+        first,
+        last,
+    )
     diagnostics = {
-        'window': valid.sum(-1).astype(jnp.float32),
-        # All 2D+1 slots are scored, those outside the sentence masked after.
-        'computed': jnp.full(p.shape, float(2 * half + 1)),
+        'window': (last - first + 1).astype(jnp.float32),
+        # Every slot of the sentence's window is scored, those outside the
+        # row's own masked after.
+        'computed': computed,
         'center': p,
     }
     if with_weights:
-      diagnostics['weights'] = content.scatter_positions(
-          weights, positions, valid, cache['mask'].shape[1]
-      )
+      diagnostics['weights'] = weights
     return context, state, diagnostics
+
+  def windowed(self, width, with_weights, start, query, cache, p, first, last):
+    """Attention of each row over its window first..last [N], within its
+    sentence's window of `width` positions from start [B]."""
+    positions, rows, valid = self.window_rows(width, start, first, last)
+    weights = self.attend_window(query, cache, positions, valid)
+    weights = self.reweight(weights, rows, p)
+    window_memory = content.gather_positions(cache['memory'], positions)
+    context = base.grouped_matmul(weights, window_memory)  # [N, D]
+    scattered = None
+    if with_weights:
+      length = cache['mask'].shape[1]
+      scattered = content.scatter_positions(weights, rows, valid, length)
+    return context, jnp.full(p.shape, float(width)), scattered
 
   @classmethod
   def cost(cls, model_config, source_length):
@@ -77,10 +113,11 @@ class LocalMonotonic(LocalAttention):
   """local-m: the window follows the target position."""
 
   RANK = 20
+  SHARED_CENTER = True
 
-  def center(self, query, cache, step):
-    last = (cache['lengths'] - 1).astype(jnp.float32)
-    return jnp.minimum(step.t.astype(jnp.float32), last)
+  def center(self, query, lengths, step):
+    del query
+    return jnp.minimum(step.t.astype(jnp.float32), lengths - 1.0)
 
 
 @base.register('local_p')
@@ -94,8 +131,8 @@ class LocalPredictive(LocalAttention):
     self.position_hidden = nn.Dense(self.hidden_size, use_bias=False)  # W_p
     self.position_out = nn.Dense(1, use_bias=False)  # v_p
 
-  def center(self, query, cache, step):
-    last = (cache['lengths'] - 1).astype(jnp.float32)
+  def center(self, query, lengths, step):
+    last = (lengths - 1).astype(jnp.float32)
     hidden = jnp.tanh(self.position_hidden(query))
     return last * jax.nn.sigmoid(self.position_out(hidden)[:, 0])
 
