@@ -177,6 +177,9 @@ if part levers; then
   kinds kinds_flexible_L150_long configs/flexible.py:copy150 150 \
     --config.model.attention.tau=1.2 --config.data.min_length=140 \
     --compare.data.min_length=140
+  # No attention against global at 190-200 tokens: the floor of any kind.
+  kinds kinds_none_L200_long configs/no_attention.py:copy200 200 \
+    --config.data.min_length=190 --compare.data.min_length=190
   # Flexible against global in flexible's decoder (query h_{t-1}, concat
   # score): the attention kinds alone.
   kinds kinds_flexible_L150_same_decoder configs/flexible.py:copy150 150 \

@@ -145,6 +145,21 @@ KINDS = (
         ),
     ),
     (
+        'kinds_none_L200_long.json',
+        (
+            'no attention against global general attention, sources of 190-200'
+            ' tokens'
+        ),
+        (
+            'As above (190-200 tokens), with no attention at all: the same'
+            ' encoder and LSTM decoder without a context, so also without'
+            " input feeding and Luong's attentional layer W_c (layer 0 reads"
+            ' 512 inputs instead of 768). The floor under every kind: no'
+            ' attention kind with input feeding can be faster than this'
+            ' against global.'
+        ),
+    ),
+    (
         'kinds_flexible_L150_long.json',
         (
             'flexible attention (tau = 1.2) against global general, sources of'
