@@ -118,6 +118,12 @@ def group(x, rows: int):
   return x.reshape((rows, -1) + x.shape[1:])
 
 
+def row_lengths(cache, rows: int):
+  """The source length of each of `rows` query rows (G per cache row) [rows]."""
+  lengths = cache['lengths']
+  return jnp.repeat(lengths, rows // lengths.shape[0])
+
+
 def grouped_matmul(weights, values):
   """sum_k weights[n, k] values[b, k, :] for the G rows n of each cache row b.
 

@@ -200,25 +200,55 @@ class ContentAttention(base.Attention):
     valid = (rows >= first[:, None]) & (rows <= last[:, None])
     return positions, rows, valid
 
+  def window_context(
+      self,
+      query,
+      cache,
+      positions,
+      rows,
+      valid,
+      offset=None,
+      scale=None,
+      with_weights=False,
+  ):
+    """Each row's attention over its valid positions of its sentence's
+    window (window_rows) -> context [N, D], weights [N, W] and, if
+    with_weights, the weights at their source positions [N, S] (else None).
+
+    offset [N, W] is added to the scores, scale [N, W] multiplies the
+    softmax weights (not renormalised).
+    """
+    weights = self.attend_window(query, cache, positions, valid, offset)
+    if scale is not None:
+      weights = (weights * scale).astype(weights.dtype)
+    window_memory = gather_positions(cache['memory'], positions)
+    context = base.grouped_matmul(weights, window_memory)  # [N, D]
+    scattered = None
+    if with_weights:
+      length = cache['mask'].shape[1]
+      scattered = scatter_positions(weights, rows, valid, length)
+    return context, weights, scattered
+
   def attend_union(self, windowed, widths, sentences, first, last, *operands):
-    """windowed(module, width, start, *operands) on one window per sentence.
+    """windowed(module, width, start, first, last, *operands) on one window
+    per sentence.
 
     first, last [N]: each row's first and last kept position (N = B * G
-    rows, G per sentence of the B `sentences`). Sentence b's window starts at start [B], the
-    first kept position of its rows, and has the smallest of the static
-    `widths` that holds the union of its rows' intervals in every sentence
-    of the batch, picked per step (`nn.switch`): a narrow focus costs a
-    narrow computation, and the G rows share one gather.
+    rows, G per sentence of the B `sentences`). Sentence b's window starts
+    at start [B], the first kept position of its rows, and has the smallest
+    of the static `widths` that holds the union of its rows' intervals in
+    every sentence of the batch, picked per step (`nn.switch`): a narrow
+    focus costs a narrow computation, and the G rows share one gather.
     """
     start = jnp.min(base.group(first, sentences), 1)
     if len(widths) == 1:
-      return windowed(self, widths[0], start, *operands)
+      return windowed(self, widths[0], start, first, last, *operands)
     end = jnp.max(base.group(last, sentences), 1)
     branch = jnp.searchsorted(jnp.array(widths), jnp.max(end - start + 1))
     if self.is_initializing():  # params must exist before the switch
-      return windowed(self, widths[-1], start, *operands)
+      return windowed(self, widths[-1], start, first, last, *operands)
     branches = [lambda mdl, *ops, w=w: windowed(mdl, w, *ops) for w in widths]
-    return nn.switch(branch, branches, self, start, *operands)
+    return nn.switch(branch, branches, self, start, first, last, *operands)
 
   @classmethod
   def content_cost(cls, model_config, source_length, width) -> base.Cost:

@@ -9,10 +9,10 @@ Outside training, positions with penalty >= tau are dropped: the kept set is
 the integers in (p_{t-1} - r, p_{t-1} + r), r = sigma sqrt(2 tau / g(t)),
 within the sentence (if none is, the one nearest p_{t-1}). Their scores are
 computed on a gathered window whose static width is the smallest of
-`content.window_buckets(S)` that holds the widest kept interval of the batch, chosen
-per step by `nn.switch`: a narrow focus costs a narrow computation. In beam
-search the K hypotheses of a sentence share one gathered window (the union
-of their kept intervals) and one cache row (GROUPED_CACHE); each still
+`content.window_buckets(S)` that holds the widest kept interval of the batch,
+chosen per step by `nn.switch`: a narrow focus costs a narrow computation. In
+beam search the K hypotheses of a sentence share one gathered window (the
+union of their kept intervals) and one cache row (GROUPED_CACHE); each still
 attends to its own interval only.
 tau = inf (and training) takes the untruncated path over all S positions.
 
@@ -120,8 +120,7 @@ class FlexibleAttention(content.ContentAttention):
     g = self.strength(step)  # [N]: N = B * G rows, G per sentence
     previous = state['center']
     sentences, length = cache['mask'].shape
-    rows_per_sentence = query.shape[0] // sentences
-    lengths = jnp.repeat(cache['lengths'], rows_per_sentence)  # [N]
+    lengths = base.row_lengths(cache, query.shape[0])  # [N]
     tau = math.inf if train else self.config.tau
     diagnostics = {'strength': g, 'previous_center': previous}
     if math.isinf(tau):
@@ -149,8 +148,6 @@ class FlexibleAttention(content.ContentAttention):
           cache,
           g,
           previous,
-          first,
-          last,
       )
       context, center, full_weights, computed = out
       diagnostics.update(
@@ -165,20 +162,16 @@ class FlexibleAttention(content.ContentAttention):
     return context, {'center': center}, diagnostics
 
   def windowed(
-      self, width, with_weights, start, query, cache, g, previous, first, last
+      self, width, with_weights, start, first, last, query, cache, g, previous
   ):
     """Attention of each row over its kept positions first..last [N], within
     its sentence's window of `width` positions from start [B]."""
-    length = cache['mask'].shape[1]
     positions, rows, valid = self.window_rows(width, start, first, last)
     offset = -self.penalty(g, previous, rows)
-    weights = self.attend_window(query, cache, positions, valid, offset)
-    window_memory = content.gather_positions(cache['memory'], positions)
-    context = base.grouped_matmul(weights, window_memory)  # [N, D]
+    context, weights, scattered = self.window_context(
+        query, cache, positions, rows, valid, offset, with_weights=with_weights
+    )
     center = jnp.sum(base.at_least_float32(weights) * rows, -1)
-    scattered = None
-    if with_weights:
-      scattered = content.scatter_positions(weights, rows, valid, length)
     return context, center, scattered, jnp.full(g.shape, float(width))
 
   @classmethod

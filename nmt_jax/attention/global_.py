@@ -22,11 +22,8 @@ class GlobalAttention(content.ContentAttention):
     del step, train
     weights = self.attend_all(query, cache)  # [N, S]
     context = base.grouped_matmul(weights, cache['memory'])  # [N, D]
-    rows_per_sentence = query.shape[0] // cache['lengths'].shape[0]
     diagnostics = {
-        'window': (
-            jnp.repeat(cache['lengths'], rows_per_sentence).astype(jnp.float32)
-        ),
+        'window': base.row_lengths(cache, query.shape[0]).astype(jnp.float32),
         # Every padded position is scored (and then masked).
         'computed': jnp.full(query.shape[:1], float(weights.shape[1])),
     }

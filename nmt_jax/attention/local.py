@@ -42,10 +42,11 @@ class LocalAttention(content.ContentAttention):
     """Real-valued p_t [N] of the N rows; lengths [N] their sentences'."""
     raise NotImplementedError
 
-  def reweight(self, weights, positions, center):
-    """Window weights after the softmax (local-p: the Gaussian)."""
+  def scale(self, positions, center):
+    """What multiplies the window's softmax weights [N, W] (local-p: the
+    Gaussian), or None."""
     del positions, center
-    return weights
+    return None
 
   def __call__(
       self, query, cache, state, step, with_weights=False, train=False
@@ -53,15 +54,13 @@ class LocalAttention(content.ContentAttention):
     del train
     half = self.config.window
     sentences, length = cache['mask'].shape
-    rows_per_sentence = query.shape[0] // sentences
-    lengths = jnp.repeat(cache['lengths'], rows_per_sentence)  # [N]
+    lengths = base.row_lengths(cache, query.shape[0])  # [N]
     p = self.center(query, lengths, step)
     middle = jnp.floor(p).astype(jnp.int32)
     # The window within the sentence: a truncated window is not shifted.
-    first, last = jnp.maximum(middle - half, 0), jnp.minimum(
-        middle + half, lengths - 1
-    )
-    if rows_per_sentence == 1 or self.SHARED_CENTER:
+    first = jnp.maximum(middle - half, 0)
+    last = jnp.minimum(middle + half, lengths - 1)
+    if query.shape[0] == sentences or self.SHARED_CENTER:
       widths = [min(2 * half + 1, length)]  # every sentence's rows agree
     else:  # beam search, local-p: the union of K windows
       widths = content.window_buckets(length, smallest=2 * half + 1)
@@ -74,8 +73,6 @@ class LocalAttention(content.ContentAttention):
         query,
         cache,
         p,
-        first,
-        last,
     )
     diagnostics = {
         'window': (last - first + 1).astype(jnp.float32),
@@ -88,18 +85,19 @@ class LocalAttention(content.ContentAttention):
       diagnostics['weights'] = weights
     return context, state, diagnostics
 
-  def windowed(self, width, with_weights, start, query, cache, p, first, last):
+  def windowed(self, width, with_weights, start, first, last, query, cache, p):
     """Attention of each row over its window first..last [N], within its
     sentence's window of `width` positions from start [B]."""
     positions, rows, valid = self.window_rows(width, start, first, last)
-    weights = self.attend_window(query, cache, positions, valid)
-    weights = self.reweight(weights, rows, p)
-    window_memory = content.gather_positions(cache['memory'], positions)
-    context = base.grouped_matmul(weights, window_memory)  # [N, D]
-    scattered = None
-    if with_weights:
-      length = cache['mask'].shape[1]
-      scattered = content.scatter_positions(weights, rows, valid, length)
+    context, _, scattered = self.window_context(
+        query,
+        cache,
+        positions,
+        rows,
+        valid,
+        scale=self.scale(rows, p),
+        with_weights=with_weights,
+    )
     return context, jnp.full(p.shape, float(width)), scattered
 
   @classmethod
@@ -136,11 +134,10 @@ class LocalPredictive(LocalAttention):
     hidden = jnp.tanh(self.position_hidden(query))
     return last * jax.nn.sigmoid(self.position_out(hidden)[:, 0])
 
-  def reweight(self, weights, positions, center):
+  def scale(self, positions, center):
     sigma = self.config.window / 2
     distance = positions - center[:, None]
-    gaussian = jnp.exp(-(distance**2) / (2 * sigma**2))
-    return (weights * gaussian).astype(weights.dtype)
+    return jnp.exp(-(distance**2) / (2 * sigma**2))
 
   @classmethod
   def validate(cls, config):
