@@ -15,13 +15,14 @@
 # files go to OUT, and the page is written from them
 # (`python -m nmt_jax.tools.performance OUT --output=...`). --dry-run prints
 # the commands instead. REPEATS (3) pairs per figure; PARTS (default
-# "train decode all levers page") runs some parts only. ~75 min on 2 cores.
+# "train decode all levers startup page") runs some parts only. ~95 min
+# on 2 cores.
 # PLATFORM=gpu times both toolkits on the GPU instead (a CUDA build of JAX
 # here and of torch in PEER_VENV; OpenNMT-py with -gpu_ranks 0 / -gpu 0):
 # nothing is pinned and the all-cores part is skipped.
 set -euo pipefail
 
-usage() { sed -n '2,21p' "$0" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '2,22p' "$0" | sed 's/^# \{0,1\}//'; }
 error() { echo "error: $*" >&2; exit 2; }
 OUT= DRY_RUN= PAGE=docs/performance.md
 for arg in "$@"; do
@@ -38,7 +39,7 @@ CORE=${CORE:-0}
 REPEATS=${REPEATS:-3}
 LENGTHS=${LENGTHS:-"50 100"}
 PYTHON=${PYTHON:-python}
-PARTS=" ${PARTS:-train decode all levers page} "
+PARTS=" ${PARTS:-train decode all levers startup page} "
 PLATFORM=${PLATFORM:-cpu}
 case $PLATFORM in
   cpu) PEER_TRAIN_DEVICE=() PEER_DECODE_DEVICE=(-gpu -1) ;;
@@ -143,13 +144,15 @@ if part decode; then
     done
   done
 fi
-# 2. All cores (L = 50).
+# 2. All cores.
 ALL=$(nproc)
 if part all; then
-  peer_train 50 "$ALL" "peer_train_L50_t${ALL}_r1"
-  bench train 50 "$ALL" "train_L50_t${ALL}_r1" --repeats=3
-  for beam in 1 10; do peer_decode 50 "$ALL" $beam "peer_decode_L50_b${beam}_t${ALL}_r1"; done
-  bench decode 50 "$ALL" "decode_L50_t${ALL}_r1" "${DECODE[@]}"
+  for L in $LENGTHS; do
+    peer_train "$L" "$ALL" "peer_train_L${L}_t${ALL}_r1"
+    bench train "$L" "$ALL" "train_L${L}_t${ALL}_r1" --repeats=3
+    for beam in 1 10; do peer_decode "$L" "$ALL" $beam "peer_decode_L${L}_b${beam}_t${ALL}_r1"; done
+    bench decode "$L" "$ALL" "decode_L${L}_t${ALL}_r1" "${DECODE[@]}"
+  done
 fi
 # 3. Levers, each alone against the default in one process (alternating).
 if part levers; then
@@ -191,6 +194,11 @@ if part levers; then
       --config=configs/memory_k64.py:wmt17_de_en --config.train.loss_chunk=$chunk \
       --json="$OUT/train_memory_chunk$chunk.json"
   done
+fi
+# 4. Compilation cache: the first training step and translation, cold and
+# warm (new processes, as a user runs them).
+if part startup; then
+  bench startup 50 1 startup_L50_t1 --steps=20 --repeats=3
 fi
 if part page; then
   if [[ -n "$DRY_RUN" ]]; then

@@ -8,9 +8,13 @@
       --synthetic=100000 --json=data.json
   python -m nmt_jax.bench train_memory --config=configs/memory_k64.py:wmt17_de_en \
       --vocab_size=16000 --json=memory.json
+  python -m nmt_jax.bench startup --config=configs/global_general.py:copy50 \
+      --steps=20 --json=startup.json
 
 What each measures: nmt_jax/tools/bench.py (train, decode, train_memory) and
-nmt_jax/tools/bench_data.py (data). --compare runs a second config in the same
+nmt_jax/tools/bench_data.py (data), nmt_jax/tools/bench_startup.py (startup:
+seconds to the first training step and translation with an empty and with a
+filled compilation cache). --compare runs a second config in the same
 process, alternating repetitions, and adds `speedup` = other's time / this
 config's time for each figure. --peer='runs/*/bench.json' reads the OpenNMT-py
 benchmark scripts' JSON (nmt_jax/tools/peer.py) into `peer` and adds
@@ -20,6 +24,7 @@ Every result names the platform, the device kind and count, the compute
 dtype and the thread count, so CPU, GPU and TPU runs share one format.
 """
 
+import datetime
 import glob
 import json
 import logging as std_logging
@@ -33,10 +38,12 @@ import jax
 from ml_collections import config_flags
 
 from nmt_jax import attention
+from nmt_jax import data
 from nmt_jax import errors
 from nmt_jax import writers
 from nmt_jax.tools import bench
 from nmt_jax.tools import bench_data
+from nmt_jax.tools import bench_startup
 from nmt_jax.tools import hlo
 from nmt_jax.tools import peer
 
@@ -57,7 +64,11 @@ _THREADS = flags.DEFINE_integer(
 _REPEATS = flags.DEFINE_integer(
     'repeats', 3, 'Timed repetitions (the median is reported).'
 )
-_STEPS = flags.DEFINE_integer('steps', 10, 'train: timed steps per repetition.')
+_STEPS = flags.DEFINE_integer(
+    'steps',
+    10,
+    'train: timed steps per repetition; startup: steps of each training run.',
+)
 _WORKDIR = flags.DEFINE_string(
     'workdir', None, "decode: use this workdir's best checkpoint."
 )
@@ -87,6 +98,18 @@ _PEER = flags.DEFINE_list(
     None,
     'train, decode: OpenNMT-py benchmark JSON files (paths or globs) to '
     'compare with.',
+)
+_SENTENCE = flags.DEFINE_string(
+    'sentence',
+    None,
+    'startup: the sentence to translate (default: the first validation'
+    ' source of generated data).',
+)
+_STARTUP_DIR = flags.DEFINE_string(
+    'startup_dir',
+    None,
+    'startup: keep the workdirs, caches and logs here (default: a temporary'
+    ' directory, removed).',
 )
 _TRAIN_STEPS = flags.DEFINE_integer(
     'train_steps', 10, 'data: timed training steps (0: skip).'
@@ -141,6 +164,8 @@ def run(command: str) -> Dict[str, Any]:
       'device': str(jax.devices()[0].device_kind),
       'device_count': jax.device_count(),
       'jax': jax.__version__,
+      'cpu': bench.cpu_name(),
+      'date': datetime.date.today().isoformat(),
       'config': describe(config),
   }
   if command == 'train':
@@ -159,6 +184,14 @@ def run(command: str) -> Dict[str, Any]:
     if compare is not None:
       result['other'] = bench.bench_memory(compare, _VOCAB_SIZE.value)
       result['compare_config'] = describe(compare)
+  elif command == 'startup':
+    result['this'] = bench_startup.bench_startup(
+        config_args(sys.argv[1:]),
+        _SENTENCE.value or first_source(config),
+        _STEPS.value,
+        _REPEATS.value,
+        _STARTUP_DIR.value,
+    )
   elif command == 'data':
     result['this'] = bench_data.bench_data(
         config,
@@ -183,6 +216,27 @@ def run(command: str) -> Dict[str, Any]:
   if peer_paths and command in ('train', 'decode'):
     add_peer(result, command, peer_paths)
   return result
+
+
+def config_args(argv):
+  """The --config flags of a command line (for the processes it starts)."""
+  found = []
+  for i, arg in enumerate(argv):
+    if arg == '--config' and i + 1 < len(argv):
+      found += [arg, argv[i + 1]]
+    elif arg.startswith(('--config=', '--config.')):
+      found.append(arg)
+  return found
+
+
+def first_source(config) -> str:
+  """The first validation source of generated data (the copy tasks)."""
+  if config.data.name not in data.embedded.NAMES:
+    raise errors.ConfigError(
+        f'data.name={config.data.name}: give --sentence=..., a source sentence'
+        ' in its vocabulary, to translate'
+    )
+  return data.load_task(config.data, config.seed).eval.source_text[0]
 
 
 def find_peer_files(patterns):
@@ -216,9 +270,10 @@ def main(argv):
       'decode',
       'data',
       'train_memory',
+      'startup',
   ):
     raise app.UsageError(
-        'usage: python -m nmt_jax.bench train|decode|data|train_memory'
+        'usage: python -m nmt_jax.bench train|decode|data|train_memory|startup'
         ' --config=... [--json=PATH]'
     )
   std_logging.getLogger('absl').addFilter(writers.QuietLibraries())

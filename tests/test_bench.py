@@ -5,12 +5,15 @@ import os
 
 import pytest
 
+from nmt_jax import bench as bench_cli
 from nmt_jax import data
 from nmt_jax import default_config
+from nmt_jax import errors
 from nmt_jax import validation
 from nmt_jax.tools import bench as bench_lib
 from nmt_jax.tools import bench_data
 from nmt_jax.tools import performance
+from nmt_jax.tools import performance_text
 from tests import conftest
 
 pytestmark = pytest.mark.slow
@@ -278,3 +281,79 @@ def test_the_performance_page_shows_a_gpu_run_by_wall_clock(tmp_path):
   assert 'ratio wall | ratio per host CPU s' in gpu_section
   assert 'no accelerator was available' not in text
   assert 'no accelerator was available' in performance.page([str(cpu)])
+
+
+def test_bench_startup_warm_runs_compile_nothing_new(tmp_path):
+  out = tmp_path / 'startup.json'
+  keep = tmp_path / 'runs'
+  bench(
+      'startup',
+      '--config=configs/global_general.py:tiny',
+      '--steps=2',
+      '--repeats=1',
+      f'--startup_dir={keep}',
+      f'--json={out}',
+  )
+  result = json.loads(out.read_text())
+  assert result['benchmark'] == 'startup' and result['date'] and result['cpu']
+  cold, warm = result['this']['cold'], result['this']['warm']
+  for phase in (cold, warm):
+    assert 0 < phase['train_first_step_s'] <= phase['train_last_step_s']
+    assert phase['train_last_step_s'] < phase['train_total_s']
+    assert 0 < phase['translate_first_line_s'] <= phase['translate_total_s']
+    assert phase['train_cpu_s'] > 0 and phase['translate_cpu_s'] > 0
+  # The cold runs stored their programs; the warm ones found them all.
+  assert cold['train_cache_files_added'] > 0
+  assert cold['translate_cache_files_added'] > 0
+  assert warm['train_cache_files_added'] == 0
+  assert warm['translate_cache_files_added'] == 0
+  # Each run trained in its own workdir, and translate printed a line.
+  assert (keep / 'r1' / 'run_cold' / 'checkpoints').is_dir()
+  assert (keep / 'r1' / 'run_warm' / 'checkpoints').is_dir()
+  (line,) = (keep / 'r1' / 'translate_warm.log').read_text().splitlines()[-1:]
+  assert 'error' not in line
+
+
+def test_bench_startup_needs_a_sentence_for_a_real_corpus():
+  config = default_config.get_config()
+  config.data.name = 'text:/nowhere/corpus'
+  with pytest.raises(errors.ConfigError, match='give --sentence='):
+    bench_cli.first_source(config)
+  config.data.name = 'copy'
+  sentence = bench_cli.first_source(config)
+  assert sentence and set(sentence.split()) <= set('abcdefghijklmnopqrst')
+
+
+def test_the_performance_page_shows_cold_and_warm_startup(tmp_path):
+  run = lambda first, files: {
+      'train_first_step_s': first,
+      'train_last_step_s': 2 * first,
+      'train_total_s': 3 * first,
+      'train_cpu_s': first,
+      'train_cache_files_added': files,
+      'translate_first_line_s': first / 2,
+      'translate_cpu_s': first / 2,
+      'translate_cache_files_added': files,
+  }
+  result = {
+      'jax': '0.0',
+      'cpu': 'Some CPU, 2 cores',
+      'date': '2026-01-02',
+      'this': {
+          'steps': 20,
+          'cold_runs': [run(10.0, 12), run(12.0, 12)],
+          'warm_runs': [run(4.0, 0), run(3.0, 0)],
+      },
+  }
+  (tmp_path / performance_text.STARTUP_FILE).write_text(json.dumps(result))
+  text = performance.page([str(tmp_path)])
+  assert 'Measured 2026-01-02 on Some CPU, 2 cores' in text
+  row = next(
+      line for line in text.splitlines() if 'seconds to the first step' in line
+  )
+  # warm / cold per repetition: 0.4 and 0.25.
+  assert row.endswith(
+      '| 11.0 [10.0 - 12.0] | 3.5 [3.0 - 4.0] | 0.33 [0.25 - 0.40] |'
+  ), row
+  files = next(line for line in text.splitlines() if 'training: files' in line)
+  assert files.endswith('| 12 | 0 | |'), files

@@ -337,10 +337,10 @@ def test_performance_on_a_gpu_runs_both_toolkits_there_unpinned(tmp_path):
 
 
 def test_the_script_writes_every_file_the_performance_page_reads(tmp_path):
-  result = _performance_dry_run(tmp_path, PARTS='levers')
+  result = _performance_dry_run(tmp_path, PARTS='levers startup')
   assert result.returncode == 0, result.stderr
   written = set(re.findall(r'--json=\S*/(\w+\.json)', result.stdout))
   read = [
       entry[0] for entry in performance_text.LEVERS + performance_text.KINDS
-  ]
-  assert len(read) == 13 and set(read) <= written, set(read) - written
+  ] + [performance_text.STARTUP_FILE]
+  assert len(read) == 14 and set(read) <= written, set(read) - written

@@ -64,6 +64,20 @@ def pin_threads(threads: Optional[int]):
     ).strip()
 
 
+def cpu_name() -> str:
+  """This machine's CPU model and core count ('unknown CPU' if not Linux)."""
+  if os.path.exists('/proc/cpuinfo'):
+    with open('/proc/cpuinfo') as f:
+      names = [
+          line.split(':', 1)[1].strip()
+          for line in f
+          if line.startswith('model name')
+      ]
+    if names:
+      return f'{names[0]}, {len(names)} cores'
+  return 'unknown CPU'
+
+
 def peak_rss_mb() -> float:
   return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
 

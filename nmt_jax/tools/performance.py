@@ -20,6 +20,7 @@ import re
 import statistics
 from typing import Dict, List, Sequence
 
+from nmt_jax.tools import bench
 from nmt_jax.tools import hlo
 from nmt_jax.tools import peer
 from nmt_jax.tools import performance_text as text
@@ -215,36 +216,64 @@ def memory_rows(out: str) -> List[str]:
 
 def _platform(out: str):
   """(platform, device kind, JAX version) of the bench files in `out`."""
-  for path in sorted(glob.glob(os.path.join(out, '*.json'))):
-    result = _load(path)
-    if 'platform' in result or 'jax' in result:
-      return (
-          result.get('platform', 'cpu'),
-          result.get('device', 'cpu'),
-          result.get('jax', 'unknown'),
-      )
+  for result in _bench_files(out):
+    return (
+        result.get('platform', 'cpu'),
+        result.get('device', 'cpu'),
+        result.get('jax', 'unknown'),
+    )
   return 'cpu', 'cpu', 'unknown'
 
 
-def _cpu_name() -> str:
-  """This machine's CPU (the page is written where the CPU runs were made)."""
-  if os.path.exists('/proc/cpuinfo'):
-    with open('/proc/cpuinfo') as f:
-      names = [
-          line.split(':', 1)[1].strip()
-          for line in f
-          if line.startswith('model name')
-      ]
-    if names:
-      return f'{names[0]}, {len(names)} cores'
-  return 'unknown CPU'
+def _bench_files(out: str):
+  """The `bench` results in `out` (not the peer's files)."""
+  for path in sorted(glob.glob(os.path.join(out, '*.json'))):
+    result = _load(path)
+    if 'platform' in result or 'jax' in result:
+      yield result
+
+
+def _cpu_name(out: str) -> str:
+  """The CPU the bench files name (older files: this machine's)."""
+  for result in _bench_files(out):
+    if 'cpu' in result:
+      return result['cpu']
+  return bench.cpu_name()
 
 
 def _measured(out: str) -> str:
-  """The day of the newest file in `out`."""
+  """The day of the newest run: the bench files' dates, else file times."""
+  days = [r['date'] for r in _bench_files(out) if 'date' in r]
+  if days:
+    return max(days)
   times = [os.path.getmtime(p) for p in glob.glob(os.path.join(out, '*'))]
   day = datetime.date.fromtimestamp(max(times)) if times else None
   return (day or datetime.date.today()).isoformat()
+
+
+def startup_section(out: str, where: str) -> List[str]:
+  """Seconds to the first step and translation, cold and warm cache."""
+  path = os.path.join(out, text.STARTUP_FILE)
+  if not os.path.exists(path):
+    return []
+  this = _load(path)['this']
+  rows = [
+      '\n## Compilation cache: the first training step and translation'
+      f' ({where}, L = 50)\n\n{text.STARTUP.format(steps=this["steps"])}\n\n'
+      '| | empty cache (cold) | filled cache (warm) | warm / cold |\n'
+      '|---|---:|---:|---:|'
+  ]
+  for key, what in text.STARTUP_ROWS:
+    cold = [run[key] for run in this['cold_runs']]
+    warm = [run[key] for run in this['warm_runs']]
+    if 'files' in key:
+      rows.append(f'| {what} | {_rate(cold)} | {_rate(warm)} | |')
+      continue
+    rows.append(
+        f'| {what} | {_summary(cold, 1)} | {_summary(warm, 1)} '
+        f'| {_summary([w / c for w, c in zip(warm, cold)])} |'
+    )
+  return rows
 
 
 def kind_sections(out: str, where: str) -> List[str]:
@@ -275,7 +304,7 @@ def sections(out: str) -> List[str]:
   """The sections of one directory of runs (one machine)."""
   platform, device, jax_version = _platform(out)
   on_cpu = platform == 'cpu'
-  machine = _cpu_name() if on_cpu else f'{platform.upper()} {device}'
+  machine = _cpu_name(out) if on_cpu else f'{platform.upper()} {device}'
   parts = [f'Measured {_measured(out)} on {machine}; JAX {jax_version}.\n']
   runs = [(1, 'CPU, one thread' if on_cpu else f'{platform.upper()}, {device}')]
   found = glob.glob(os.path.join(out, 'train_L50_t*_r1.json'))
@@ -299,6 +328,7 @@ def sections(out: str) -> List[str]:
   )
   parts.extend(lever_rows(out))
   parts.extend(kind_sections(out, where))
+  parts.extend(startup_section(out, where))
   memory = memory_rows(out)
   if memory:
     parts.append(

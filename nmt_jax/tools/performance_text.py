@@ -185,3 +185,31 @@ KINDS = (
         ),
     ),
 )
+
+STARTUP_FILE = 'startup_L50_t1.json'
+
+STARTUP = """\
+`bench startup` runs the command lines a user runs, each a new process timed
+from its start (imports included), first with an empty persistent
+compilation cache, then again with the cache the first run filled: a
+training run of {steps} steps in a new workdir (the first step compiles one
+length bucket's training step; by step {steps} it has met all four), then
+`--mode=translate` of one sentence from that workdir. A run ends after
+validation and the final evaluation of the 1,000 validation sentences (beam
+10), which decode the whole set: that part is mostly decoding, not
+compilation. Median [min - max] over repetitions, each with new caches."""
+
+STARTUP_ROWS = (
+    ('imports_s', 'seconds to start Python and import nmt_jax (the floor)'),
+    ('train_first_step_s', 'training: seconds to the first step'),
+    ('train_last_step_s', 'training: seconds to the last step'),
+    ('train_total_s', 'training: seconds to the end (evaluation included)'),
+    ('train_cpu_s', 'training: CPU seconds of the process'),
+    ('train_cache_files_added', 'training: files the run adds to the cache'),
+    ('translate_first_line_s', 'translate: seconds to the first translation'),
+    ('translate_cpu_s', 'translate: CPU seconds of the process'),
+    (
+        'translate_cache_files_added',
+        'translate: files the run adds to the cache',
+    ),
+)
