@@ -326,6 +326,7 @@ def test_bench_startup_needs_a_sentence_for_a_real_corpus():
 
 def test_the_performance_page_shows_cold_and_warm_startup(tmp_path):
   run = lambda first, files: {
+      'imports_s': 1.0,
       'train_first_step_s': first,
       'train_last_step_s': 2 * first,
       'train_total_s': 3 * first,
@@ -357,3 +358,4 @@ def test_the_performance_page_shows_cold_and_warm_startup(tmp_path):
   ), row
   files = next(line for line in text.splitlines() if 'training: files' in line)
   assert files.endswith('| 12 | 0 | |'), files
+  assert '| 1.0 [1.0 - 1.0] | 1.0 [1.0 - 1.0] | 1.00 [1.00 - 1.00] |' in text

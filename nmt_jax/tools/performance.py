@@ -264,10 +264,12 @@ def startup_section(out: str, where: str) -> List[str]:
       '|---|---:|---:|---:|'
   ]
   for key, what in text.STARTUP_ROWS:
+    if key not in this['cold_runs'][0]:
+      continue  # measured by a later version of `bench startup`
     cold = [run[key] for run in this['cold_runs']]
     warm = [run[key] for run in this['warm_runs']]
     if 'files' in key:
-      rows.append(f'| {what} | {_rate(cold)} | {_rate(warm)} | |')
+      rows.append(f'| {what} | {max(cold)} | {max(warm)} | |')
       continue
     rows.append(
         f'| {what} | {_summary(cold, 1)} | {_summary(warm, 1)} '

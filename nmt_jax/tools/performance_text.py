@@ -16,6 +16,11 @@ and of torch in `PEER_VENV`) times both toolkits there (OpenNMT-py with
 `-gpu_ranks 0` / `-gpu 0`, cuDNN's LSTM); the page then takes both runs:
 `python -m nmt_jax.tools.performance /tmp/perf /tmp/perf_gpu`.
 
+The JSON files behind this page are kept in `docs/performance_runs/cpu/`
+(`python -m nmt_jax.tools.performance docs/performance_runs/cpu` writes the
+page again); one part can be measured again into a copy of them with
+`PARTS=...` (e.g. `PARTS="startup page"`).
+
 The model is Britz et al.'s copy-task model: 2-layer bidirectional LSTM
 encoder (2 x 128 units), 2-layer LSTM decoder (256), general attention, input
 feeding, embeddings 256, batch 128 sentences, 20 symbols, lengths uniform in
@@ -205,11 +210,14 @@ STARTUP_ROWS = (
     ('train_last_step_s', 'training: seconds to the last step'),
     ('train_total_s', 'training: seconds to the end (evaluation included)'),
     ('train_cpu_s', 'training: CPU seconds of the process'),
-    ('train_cache_files_added', 'training: files the run adds to the cache'),
+    (
+        'train_cache_files_added',
+        'training: files added to the cache (at most, of any repetition)',
+    ),
     ('translate_first_line_s', 'translate: seconds to the first translation'),
     ('translate_cpu_s', 'translate: CPU seconds of the process'),
     (
         'translate_cache_files_added',
-        'translate: files the run adds to the cache',
+        'translate: files added to the cache (at most, of any repetition)',
     ),
 )
