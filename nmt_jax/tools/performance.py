@@ -251,7 +251,7 @@ def _measured(out: str) -> str:
   return (day or datetime.date.today()).isoformat()
 
 
-def startup_section(out: str, where: str) -> List[str]:
+def startup_section(out: str) -> List[str]:
   """Seconds to the first step and translation, cold and warm cache."""
   path = os.path.join(out, text.STARTUP_FILE)
   if not os.path.exists(path):
@@ -259,7 +259,7 @@ def startup_section(out: str, where: str) -> List[str]:
   this = _load(path)['this']
   rows = [
       '\n## Compilation cache: the first training step and translation'
-      f' ({where}, L = 50)\n\n{text.STARTUP.format(steps=this["steps"])}\n\n'
+      f' (L = 50)\n\n{text.STARTUP.format(steps=this["steps"])}\n\n'
       '| | empty cache (cold) | filled cache (warm) | warm / cold |\n'
       '|---|---:|---:|---:|'
   ]
@@ -274,6 +274,35 @@ def startup_section(out: str, where: str) -> List[str]:
     rows.append(
         f'| {what} | {_summary(cold, 1)} | {_summary(warm, 1)} '
         f'| {_summary([w / c for w, c in zip(warm, cold)])} |'
+    )
+  rows.extend(_compile_ahead_rows(out, this))
+  peer_paths = _runs(out, 'peer_train_L50_t1_r{r}.json').values()
+  starts = [
+      _load(p)['summary'].get('first_step_start_after_s') for p in peer_paths
+  ]
+  starts = [s for s in starts if s is not None]
+  if starts:
+    rows.append('\n' + text.STARTUP_PEER.format(seconds=_summary(starts, 1)))
+  return rows
+
+
+def _compile_ahead_rows(out: str, ahead) -> List[str]:
+  """Cold training runs with the buckets compiled ahead against without."""
+  path = os.path.join(out, text.STARTUP_NO_AHEAD_FILE)
+  if not os.path.exists(path):
+    return []
+  at_first_use = _load(path)['this']
+  rows = [
+      f'\n{text.STARTUP_AHEAD}\n\n'
+      '| cold training run | compiled ahead | each at its first use '
+      '| ratio of the medians |\n|---|---:|---:|---:|'
+  ]
+  for key, what in text.STARTUP_AHEAD_ROWS:
+    on = [run[key] for run in ahead['cold_runs']]
+    off = [run[key] for run in at_first_use['cold_runs']]
+    rows.append(
+        f'| {what} | {_summary(on, 1)} | {_summary(off, 1)} '
+        f'| {statistics.median(on) / statistics.median(off):.2f} |'
     )
   return rows
 
@@ -330,7 +359,7 @@ def sections(out: str) -> List[str]:
   )
   parts.extend(lever_rows(out))
   parts.extend(kind_sections(out, where))
-  parts.extend(startup_section(out, where))
+  parts.extend(startup_section(out))
   memory = memory_rows(out)
   if memory:
     parts.append(
