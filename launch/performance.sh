@@ -196,12 +196,9 @@ if part levers; then
   done
 fi
 # 4. Compilation cache: the first training step and translation, cold and
-# warm (new processes, as a user runs them, on all cores), and the training
-# run again without compiling its buckets ahead.
+# warm (new processes, as a user runs them, on all cores).
 if part startup; then
   bench startup 50 "$ALL" startup_L50 --steps=20 --repeats=3
-  bench startup 50 "$ALL" startup_L50_no_ahead --steps=20 --repeats=3 \
-    --config.train.compile_ahead=false
 fi
 if part page; then
   if [[ -n "$DRY_RUN" ]]; then

@@ -169,12 +169,6 @@ def get_config(arg=None):
   # holding the [batch, length, vocabulary] logits at once (large
   # vocabularies; 0 = all positions at once).
   config.train.loss_chunk = 0
-  # Compile the training step of every length bucket the run will use at
-  # its start, side by side in threads (one per core), through the persistent
-  # compilation cache; the loop starts when its first bucket is compiled.
-  # Without the cache (NMT_JAX_COMPILATION_CACHE=off) each bucket compiles
-  # at its first step, as with False.
-  config.train.compile_ahead = True
   # Every N steps: log, validate (loss and BLEU), checkpoint.
   config.train.log_every = 50
   config.train.eval_every = 500

@@ -14,12 +14,11 @@ process by process, so the global batch, and hence the result, is the same
 for any number of processes.
 """
 
-import concurrent.futures
 import functools
 import os
 import sys
 import threading
-from typing import Any, Callable, Dict, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, Optional, Sequence
 
 from absl import logging
 import flax.jax_utils
@@ -273,66 +272,16 @@ class JitStep:
   The loop keeps the global state.
   """
 
-  _pool = None  # compile_ahead's threads
-
   def __init__(self, step_fn: Callable, mesh: Mesh):
     self._step = jax.jit(step_fn, donate_argnums=0)
     self._mesh = mesh
-    self._ahead: Dict[Tuple[int, ...], concurrent.futures.Future] = {}
 
   def __call__(self, state, rows: Dict[str, np.ndarray]):
     """(loop state, batch rows) -> (loop state, device metrics).
 
     The batch rows are this process's.
     """
-    batch = shard_batch(rows, self._mesh)
-    ahead = self._ahead.pop(batch['source'].shape, None)
-    if ahead is not None:
-      ahead.result()  # compiled and in the cache: the call below loads it
-    return self._step(state, batch)
-
-  def compile_ahead(self, state, batches: Sequence[Dict[str, np.ndarray]]):
-    """Compiles the step for each batch shape, in parallel threads.
-
-    batches: a global batch of each shape (its values unused), in the order
-    the loop needs them. The programs reach the loop through the persistent
-    compilation cache (nmt_jax/compile_cache.py): the loop's first call of a
-    shape waits for its compile, then loads it instead of compiling it
-    again. Without the cache this does nothing. XLA compiles with Python's
-    lock released, so the buckets compile side by side on as many cores, and
-    the loop starts as soon as its first bucket is ready.
-    """
-    if not jax.config.jax_compilation_cache_dir or len(batches) < 2:
-      return
-    like = lambda x: jax.ShapeDtypeStruct(
-        x.shape, x.dtype, sharding=x.sharding, weak_type=x.aval.weak_type
-    )
-    abstract_state = jax.tree.map(like, state)
-    sharding = batch_sharding(self._mesh)
-    threads = min(len(batches), len(os.sched_getaffinity(0)))
-    logging.info(
-        'compiling the training step of %d length buckets ahead, %d at a time',
-        len(batches),
-        threads,
-    )
-    self._pool = concurrent.futures.ThreadPoolExecutor(
-        threads, thread_name_prefix='compile_ahead'
-    )
-    for batch in batches:
-      abstract_batch = {
-          key: jax.ShapeDtypeStruct(value.shape, value.dtype, sharding=sharding)
-          for key, value in batch.items()
-      }
-      self._ahead[batch['source'].shape] = self._pool.submit(
-          lambda b: self._step.lower(abstract_state, b).compile(),
-          abstract_batch,
-      )
-
-  def close(self):
-    """Drops the compiles not started (at the end of the loop)."""
-    if self._pool is not None:
-      self._pool.shutdown(wait=False, cancel_futures=True)
-      self._ahead.clear()
+    return self._step(state, shard_batch(rows, self._mesh))
 
   def to_loop(self, state):
     """Global state (replicated on the mesh) -> the state the loop carries."""
@@ -360,10 +309,6 @@ class PmapStep(JitStep):
 
   def __call__(self, state, rows):
     return self._step(state, pmap_batch(rows))
-
-  def compile_ahead(self, state, batches):
-    """pmap compiles each shape at its first call."""
-    del state, batches
 
   def to_loop(self, state):
     return to_pmap(state)

@@ -215,12 +215,6 @@ def _train_and_evaluate(config, workdir: str, mesh) -> Dict[str, Any]:
 
     # ---------------------------------------------------------- the loop
     state = train_step.to_loop(state)
-    if t.compile_ahead:
-      shapes = batches.shapes_in_use(start, end)
-      train_step.compile_ahead(
-          state, [batching.dummy_batch(*s) for s in shapes]
-      )
-    stack.callback(train_step.close)
     progress = progress_lib.Progress(
         train_step.metrics,
         ckpts.latest_step(),

@@ -105,20 +105,6 @@ def test_train_batches_are_a_pure_function_of_the_step():
   assert not all(np.array_equal(a.epoch(0)[i], a.epoch(1)[i]) for i in range(3))
 
 
-def test_shapes_in_use_are_the_batch_shapes_in_order_of_first_use():
-  task, _ = _task(num_train=400)
-  boundaries = batching.bucket_boundaries(task.max_length, 4)
-  batches = batching.TrainBatches(task.train, [8, 8, 6, 4], boundaries, seed=0)
-  for start, end in ((0, 3), (5, 40), (batches.num_batches - 2, 10**6)):
-    first_uses = []
-    for step in range(start, min(end, start + batches.num_batches)):
-      shape = batches.batch(step)['source'].shape
-      if shape not in first_uses:
-        first_uses.append(shape)
-    assert batches.shapes_in_use(start, end) == first_uses
-  assert len(batches.shapes_in_use(0, 10**6)) == 4
-
-
 def test_eval_batches_cover_every_example_once():
   task, _ = _task(num_eval=37)
   boundaries = batching.bucket_boundaries(task.max_length, 2)

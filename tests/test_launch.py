@@ -342,5 +342,5 @@ def test_the_script_writes_every_file_the_performance_page_reads(tmp_path):
   written = set(re.findall(r'--json=\S*/(\w+\.json)', result.stdout))
   read = [
       entry[0] for entry in performance_text.LEVERS + performance_text.KINDS
-  ] + [performance_text.STARTUP_FILE, performance_text.STARTUP_NO_AHEAD_FILE]
-  assert len(read) == 15 and set(read) <= written, set(read) - written
+  ] + [performance_text.STARTUP_FILE]
+  assert len(read) == 14 and set(read) <= written, set(read) - written

@@ -434,50 +434,6 @@ def test_runs_share_a_persistent_compilation_cache(copy_model, tmp_path):
   assert not off_cache.exists()
 
 
-def test_buckets_compiled_ahead_train_the_same_steps(tmp_path):
-  env = conftest.subprocess_env()
-  env['JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS'] = '0'  # store every step
-  files, logs = {}, {}
-  for ahead in ('true', 'false'):
-    cache = tmp_path / f'cache_{ahead}'
-    env['JAX_COMPILATION_CACHE_DIR'] = str(cache)
-    result = subprocess.run(
-        [
-            sys.executable,
-            '-m',
-            'nmt_jax.main',
-            '--config=configs/global_general.py:tiny',
-            f'--workdir={tmp_path / ahead}',
-            '--config.data.num_buckets=4',
-            '--config.train.num_steps=12',
-            '--config.train.log_every=1',
-            f'--config.train.compile_ahead={ahead}',
-        ],
-        cwd=conftest.ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        check=True,
-    )
-    logs[ahead] = result.stderr
-    files[ahead] = sorted(
-        name.split('-')[0]
-        for name in os.listdir(cache)
-        if name.startswith('jit_train_step')
-    )
-  assert 'length buckets ahead' in logs['true']
-  assert 'length buckets ahead' not in logs['false']
-  # One program per bucket either way: the loop loaded what the threads
-  # compiled instead of compiling it again.
-  assert len(files['true']) == len(files['false']) > 1
-  losses = lambda run: [
-      (r['step'], r['split'], r['loss'], r.get('grad_norm'))
-      for r in writers.read_metrics(str(tmp_path / run))
-  ]
-  assert len(losses('true')) >= 12  # every step's record, then validation
-  assert losses('true') == losses('false')
-
-
 def test_profiles_of_training_steps_and_decoding(tmp_path):
   workdir = tmp_path / 'run'
   nmt(

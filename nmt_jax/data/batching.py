@@ -202,22 +202,6 @@ class TrainBatches:
     rows = rows(len(examples)) if callable(rows) else rows
     return examples[rows], self.boundaries[self.bucket[examples[0]]]
 
-  def shapes_in_use(self, start: int, end: int) -> List[Tuple[int, int]]:
-    """(sentences, length) of each bucket steps start..end-1 use.
-
-    In the order of first use (at most one epoch is looked through).
-    """
-    shapes = []
-    for step in range(start, min(end, start + self.num_batches)):
-      epoch, index = divmod(step, self.num_batches)
-      bucket = self.bucket[self.epoch(epoch)[index][0]]
-      shape = (self.sizes[bucket], self.boundaries[bucket])
-      if shape not in shapes:
-        shapes.append(shape)
-        if len(shapes) == len(self.boundaries):
-          break
-    return shapes
-
   def batch(self, step: int, rows=slice(None)) -> Batch:
     """The batch of `step` (`rows`: see `examples`)."""
     examples, length = self.examples(step, rows)

@@ -275,7 +275,6 @@ def startup_section(out: str) -> List[str]:
         f'| {what} | {_summary(cold, 1)} | {_summary(warm, 1)} '
         f'| {_summary([w / c for w, c in zip(warm, cold)])} |'
     )
-  rows.extend(_compile_ahead_rows(out, this))
   peer_paths = _runs(out, 'peer_train_L50_t1_r{r}.json').values()
   starts = [
       _load(p)['summary'].get('first_step_start_after_s') for p in peer_paths
@@ -283,27 +282,6 @@ def startup_section(out: str) -> List[str]:
   starts = [s for s in starts if s is not None]
   if starts:
     rows.append('\n' + text.STARTUP_PEER.format(seconds=_summary(starts, 1)))
-  return rows
-
-
-def _compile_ahead_rows(out: str, ahead) -> List[str]:
-  """Cold training runs with the buckets compiled ahead against without."""
-  path = os.path.join(out, text.STARTUP_NO_AHEAD_FILE)
-  if not os.path.exists(path):
-    return []
-  at_first_use = _load(path)['this']
-  rows = [
-      f'\n{text.STARTUP_AHEAD}\n\n'
-      '| cold training run | compiled ahead | each at its first use '
-      '| ratio of the medians |\n|---|---:|---:|---:|'
-  ]
-  for key, what in text.STARTUP_AHEAD_ROWS:
-    on = [run[key] for run in ahead['cold_runs']]
-    off = [run[key] for run in at_first_use['cold_runs']]
-    rows.append(
-        f'| {what} | {_summary(on, 1)} | {_summary(off, 1)} '
-        f'| {statistics.median(on) / statistics.median(off):.2f} |'
-    )
   return rows
 
 

@@ -192,37 +192,24 @@ KINDS = (
 )
 
 STARTUP_FILE = 'startup_L50.json'
-STARTUP_NO_AHEAD_FILE = 'startup_L50_no_ahead.json'
 
 STARTUP = """\
 `bench startup` runs the command lines a user runs, each a new process timed
 from its start (imports included), first with an empty persistent
 compilation cache, then again with the cache the first run filled: a
-training run of {steps} steps in a new workdir (by step {steps} it has used
-all four length buckets, each its own training step program; they compile
-side by side from the start, `train.compile_ahead`), then `--mode=translate`
-of one sentence from that workdir. A training run ends after validation and
-the final evaluation of the 1,000 validation sentences (beam 10), which
-decode the whole set: that part is mostly decoding, not compilation. All
-cores, not pinned; median [min - max] over repetitions, each with new
-caches."""
-
-STARTUP_AHEAD = """\
-The same cold training runs with each bucket's step compiled at its first
-use instead (`train.compile_ahead=false`, measured after the runs above):"""
+training run of {steps} steps in a new workdir (the first step compiles one
+length bucket's training step; by step {steps} it has met all four), then
+`--mode=translate` of one sentence from that workdir. A training run ends
+after validation and the final evaluation of the 1,000 validation sentences
+(beam 10), which decode the whole set: that part is mostly decoding, not
+compilation. All cores, not pinned (XLA:CPU compiles one program on all of
+them); median [min - max] over repetitions, each with new caches."""
 
 STARTUP_PEER = """\
 OpenNMT-py, for scale: {seconds} s from after `import torch` to the start
 of its first training step (its training wrapper's `first_step_start_after_s`
 in the one-thread L = 50 runs above: vocabularies, data and model built, no
 compilation, so no warm start either)."""
-
-STARTUP_AHEAD_ROWS = (
-    ('train_first_step_s', 'seconds to the first step'),
-    ('train_last_step_s', 'seconds to the last step'),
-    ('train_total_s', 'seconds to the end'),
-    ('train_cpu_s', 'CPU seconds'),
-)
 
 STARTUP_ROWS = (
     ('imports_s', 'seconds to start Python and import nmt_jax (the floor)'),
