@@ -112,8 +112,9 @@ def get_config(arg=None):
   # optimizer state stay float32, the softmaxes and the loss run in float32).
   config.model.dtype = 'float32'
   # Weight gradients of the LSTM kernels and W_c as a plain GEMM on an
-  # explicitly transposed input (XLA:CPU's fast path; same values, ~3% off a
-  # CPU training step). A speed switch, not part of the model's identity.
+  # explicitly transposed input (XLA:CPU's fast path; same values; a CPU
+  # training step x1.09 or x0.96 on two VMs, docs/performance.md). A speed
+  # switch, not part of the model's identity.
   config.model.explicit_weight_grads = True
   # The decoder's per-step kernel gradients (LSTM stack, W_c) as one GEMM
   # after its backward loop instead of one per step (nmt_jax/hoisting.py).
