@@ -38,7 +38,6 @@ import jax
 from ml_collections import config_flags
 
 from nmt_jax import attention
-from nmt_jax import data
 from nmt_jax import errors
 from nmt_jax import writers
 from nmt_jax.tools import bench
@@ -187,7 +186,7 @@ def run(command: str) -> Dict[str, Any]:
   elif command == 'startup':
     result['this'] = bench_startup.bench_startup(
         config_args(sys.argv[1:]),
-        _SENTENCE.value or first_source(config),
+        _SENTENCE.value or bench_startup.first_source(config),
         _STEPS.value,
         _REPEATS.value,
         _STARTUP_DIR.value,
@@ -227,16 +226,6 @@ def config_args(argv):
     elif arg.startswith(('--config=', '--config.')):
       found.append(arg)
   return found
-
-
-def first_source(config) -> str:
-  """The first validation source of generated data (the copy tasks)."""
-  if config.data.name not in data.embedded.NAMES:
-    raise errors.ConfigError(
-        f'data.name={config.data.name}: give --sentence=..., a source sentence'
-        ' in its vocabulary, to translate'
-    )
-  return data.load_task(config.data, config.seed).eval.source_text[0]
 
 
 def find_peer_files(patterns):

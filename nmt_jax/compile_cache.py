@@ -7,8 +7,8 @@ sweep load what an earlier run compiled for the same shapes, model, JAX
 version and device instead of compiling it again.
 
 NMT_JAX_COMPILATION_CACHE names the cache directory (default
-~/.cache/nmt_jax/xla) or turns it `off`. JAX's own JAX_COMPILATION_CACHE_DIR,
-when set, is left to JAX. A multi-process run uses the cache only when
+~/.cache/nmt_jax/xla) or turns it `off`. JAX's own JAX_COMPILATION_CACHE_DIR
+and JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS, when set, are left to JAX. A multi-process run uses the cache only when
 NMT_JAX_COMPILATION_CACHE names a directory explicitly (whether concurrent
 writers on a shared file system are safe depends on the file system). `bench`
 never uses it: it measures compilation.
@@ -52,7 +52,8 @@ def configure() -> Optional[str]:
     )
     return None
   jax.config.update('jax_compilation_cache_dir', directory)
-  jax.config.update(
-      'jax_persistent_cache_min_compile_time_secs', MIN_COMPILE_SECONDS
-  )
+  if not os.environ.get('JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS'):
+    jax.config.update(
+        'jax_persistent_cache_min_compile_time_secs', MIN_COMPILE_SECONDS
+    )
   return directory

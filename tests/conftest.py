@@ -33,15 +33,18 @@ def subprocess_env():
   return env
 
 
-def run_module(module, *args, check=True, input_text=None, timeout=600):
+def run_module(
+    module, *args, check=True, input_text=None, timeout=600, env=None
+):
   """`python -m module args` from the repository root, as a user runs it.
 
   With `check`, a non-zero exit is an AssertionError showing its stderr.
+  `env` defaults to `subprocess_env()`.
   """
   result = subprocess.run(
       [sys.executable, '-m', module, *args],
       cwd=ROOT,
-      env=subprocess_env(),
+      env=env or subprocess_env(),
       capture_output=True,
       text=True,
       input=input_text,

@@ -31,6 +31,7 @@ import time
 from typing import Any, Dict, List, Optional, Sequence
 
 from nmt_jax import compile_cache
+from nmt_jax import data
 from nmt_jax import errors
 
 _STEP_LINE = re.compile(r'\] step (\d+)/\d+ \|')
@@ -86,6 +87,16 @@ def _timed_process(
         f' {log_path}:\n{tail}'
     )
   return marks
+
+
+def first_source(config) -> str:
+  """The first validation source of generated data (the copy tasks)."""
+  if config.data.name not in data.embedded.NAMES:
+    raise errors.ConfigError(
+        f'data.name={config.data.name}: give --sentence=..., a source sentence'
+        ' in its vocabulary, to translate'
+    )
+  return data.load_task(config.data, config.seed).eval.source_text[0]
 
 
 def _files(directory: str) -> int:
