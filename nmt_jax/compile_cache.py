@@ -8,9 +8,10 @@ version and device instead of compiling it again.
 
 NMT_JAX_COMPILATION_CACHE names the cache directory (default
 ~/.cache/nmt_jax/xla) or turns it `off`. JAX's own JAX_COMPILATION_CACHE_DIR
-and JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS, when set, are left to JAX. A multi-process run uses the cache only when
-NMT_JAX_COMPILATION_CACHE names a directory explicitly (whether concurrent
-writers on a shared file system are safe depends on the file system). `bench`
+and JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS, when set, are left to JAX.
+A multi-process run uses the cache only when NMT_JAX_COMPILATION_CACHE names
+a directory explicitly (whether concurrent writers on a shared file system
+are safe depends on the file system). `bench`
 never uses it: it measures compilation.
 """
 

@@ -378,5 +378,6 @@ def test_the_performance_page_is_what_its_kept_runs_say():
   runs = os.path.join(conftest.ROOT, 'docs', 'performance_runs', 'cpu')
   with open(os.path.join(conftest.ROOT, 'docs', 'performance.md')) as f:
     kept = f.read()
-  # Rewrite it with `python -m nmt_jax.tools.performance docs/performance_runs/cpu`.
+  # Rewrite it with:
+  #   python -m nmt_jax.tools.performance docs/performance_runs/cpu
   assert performance.page([runs]) == kept

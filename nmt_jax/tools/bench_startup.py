@@ -15,8 +15,9 @@ the cache the cold run filled (warm):
 
 Each process is timed from its start (Python and JAX imports included) by
 the wall clock, with its CPU time from the operating system; `imports_s` is
-the floor, `python -c 'import nmt_jax.main'` (imports, nothing compiled). The cache files
-a warm run adds are counted: 0 means it compiled nothing it could store.
+the floor, `python -c 'import nmt_jax.main'` (imports, nothing compiled).
+The cache files a warm run adds are counted: 0 means it compiled nothing it
+could store.
 """
 
 import os
@@ -34,6 +35,7 @@ from nmt_jax import compile_cache
 from nmt_jax import data
 from nmt_jax import errors
 
+# The progress line nmt_jax/train.py logs after a step ('step 3/20 | loss ...').
 _STEP_LINE = re.compile(r'\] step (\d+)/\d+ \|')
 
 
@@ -81,10 +83,14 @@ def _timed_process(
   marks['cpu_s'] = _cpu_seconds_of_children() - cpu_before
   if code != 0:
     with open(log_path) as f:
-      tail = f.read()[-2000:]
+      lines = [line.strip() for line in f if line.strip()]
+    said = next(
+        (line for line in reversed(lines) if line.startswith('error:')),
+        lines[-1] if lines else 'no output',
+    )
     raise errors.UserError(
-        f'{" ".join(command[:4])} ... failed (exit {code}); its output is in'
-        f' {log_path}:\n{tail}'
+        f'{os.path.basename(log_path)[:-4]} run failed (exit {code}): {said}'
+        f' (its output is in {log_path})'
     )
   return marks
 
@@ -173,24 +179,23 @@ def bench_startup(
 
   `config_args`: the --config flags of `python -m nmt_jax.main`; `sentence`:
   the source to translate. With `keep`, the workdirs, caches and logs stay
-  there instead of in a temporary directory.
+  there instead of in a temporary directory (which a failed run keeps too,
+  for its logs).
   """
   if steps < 1:
     raise errors.ConfigError(f'--steps={steps}: give at least 1 step')
   root = keep or tempfile.mkdtemp(prefix='nmt_jax_startup_')
-  try:
-    runs = []
-    for r in range(repeats):
-      folder = os.path.join(root, f'r{r + 1}')
-      if os.path.exists(folder):
-        raise errors.ConfigError(
-            f'{folder} exists; give --startup_dir a new or empty directory'
-        )
-      os.makedirs(folder)
-      runs.append(_one_repeat(config_args, sentence, steps, folder))
-  finally:
-    if keep is None:
-      shutil.rmtree(root, ignore_errors=True)
+  runs = []
+  for r in range(repeats):
+    folder = os.path.join(root, f'r{r + 1}')
+    if os.path.exists(folder):
+      raise errors.ConfigError(
+          f'{folder} exists; give --startup_dir a new or empty directory'
+      )
+    os.makedirs(folder)
+    runs.append(_one_repeat(config_args, sentence, steps, folder))
+  if keep is None:
+    shutil.rmtree(root, ignore_errors=True)
   result = {'steps': steps, 'repeats': repeats}
   for phase in ('cold', 'warm'):
     keys = runs[0][phase]

@@ -265,7 +265,7 @@ def startup_section(out: str) -> List[str]:
   ]
   for key, what in text.STARTUP_ROWS:
     if key not in this['cold_runs'][0]:
-      continue  # measured by a later version of `bench startup`
+      continue  # an older `bench startup` file lacks this figure
     cold = [run[key] for run in this['cold_runs']]
     warm = [run[key] for run in this['warm_runs']]
     if 'files' in key:
