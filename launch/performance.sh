@@ -161,6 +161,12 @@ if part levers; then
   bench decode 50 1 lever_gate_table "${DECODE[@]}" "${OTHER[@]}" \
     --config.decode.gate_table=on --compare.decode.gate_table=off \
     --compare.decode.beam_size=10 --compare.decode.batch_size=64
+  bench decode 50 1 lever_model_gate_table "${DECODE[@]}" "${OTHER[@]}" \
+    --compare.model.gate_table=off --compare.decode.beam_size=10 \
+    --compare.decode.batch_size=64
+  # In training the table applies without dropout only (it drops embeddings).
+  bench train 50 1 lever_model_gate_table_train --repeats=3 "${OTHER[@]}" \
+    --config.model.dropout=0 --compare.model.dropout=0 --compare.model.gate_table=off
   bench train 50 1 lever_explicit_weight_grads --repeats=3 "${OTHER[@]}" \
     --compare.model.explicit_weight_grads=false
   bench train 50 1 lever_hoist_weight_grads --repeats=3 "${OTHER[@]}" \

@@ -120,6 +120,14 @@ def get_config(arg=None):
   # after its backward loop instead of one per step (nmt_jax/hoisting.py).
   # A speed switch, not part of the model's identity.
   config.model.hoist_weight_grads = True
+  # The first LSTM layers' input gates E x W_x + b (the encoder's, and the
+  # decoder's in teacher-forced passes) from a per-word table computed once
+  # per batch ([V, 4H]): a row lookup instead of a GEMM over every position.
+  # 'auto': when the vocabulary has fewer words than the batch has positions
+  # (the copy task's 24 words: on, docs/performance.md; an 8k vocabulary at
+  # 64 x 30 tokens: off); 'on', 'off'. Never with dropout in training (it drops
+  # embeddings before W_x). A speed switch, not part of the model's identity.
+  config.model.gate_table = 'auto'
   # Time steps per iteration of the training loops (the encoder LSTMs'
   # forward and backward scans, the decoder's scan): the same values with
   # fewer loop iterations, for accelerators where each iteration has a fixed

@@ -207,6 +207,36 @@ def _recurrence_bwd(explicit_weight_grads, unroll, residuals, cotangents):
 lstm_recurrence.defvjp(_recurrence_fwd, _recurrence_bwd)
 
 
+def input_gates(x, w_x, b, explicit_weight_grads: bool, vocabulary=None):
+  """Input gates x W_x + b [..., 4H] of inputs x [..., in].
+
+  With `vocabulary` ([V, in]) x is token ids [...] standing for its rows,
+  and the gates are rows of the table vocabulary W_x + b [V, 4H]: the same
+  values from a GEMM over V rows instead of one over every position, and a
+  scatter-add of the gates' gradient into V rows in the backward pass (on
+  CPU, 3.4 vs 108 ms forward and backward for 6,400 positions, 24 words,
+  256 -> 1024).
+  """
+  if vocabulary is None:
+    return matmul(x, w_x, explicit_weight_grads) + b
+  table = matmul(vocabulary, w_x, explicit_weight_grads) + b
+  return jnp.take(table, x, axis=0)
+
+
+def uses_gate_table(config, vocab_size: int, positions: int, train: bool):
+  """Whether layer 0's input gates come from a per-word table (a lookup).
+
+  model.gate_table: 'on', 'off' or 'auto' (when the vocabulary has fewer
+  words than the batch has positions, so the table's GEMM is the smaller).
+  Never with dropout on the embeddings in training: the table holds the
+  gates of undropped embeddings.
+  """
+  if train and config.dropout:
+    return False
+  mode = config.gate_table
+  return mode == 'on' or (mode == 'auto' and vocab_size < positions)
+
+
 def reverse_padded(x: jax.Array, lengths: jax.Array) -> jax.Array:
   """Reverses each column of time-major x [T, B, ...] within its length.
 
@@ -233,17 +263,21 @@ class LSTM(nn.Module):
   unroll: int = 1  # see lstm_recurrence
 
   @nn.compact
-  def __call__(self, x: jax.Array, lengths: jax.Array):
+  def __call__(self, x: jax.Array, lengths: jax.Array, vocabulary=None):
     """Time-major x [T, B, in], lengths [B] -> outputs, final carry (c, h).
 
-    The outputs are [T, B, H]; c and h are [B, H].
+    The outputs are [T, B, H]; c and h are [B, H]. With `vocabulary`
+    ([V, in], an embedding matrix) x is token ids [T, B] whose inputs are
+    its rows: the input gates are then rows of a [V, 4H] table
+    vocabulary W_x + b (see `input_gates`).
     """
     length = x.shape[0]
     h_size = self.features
+    inputs = x if vocabulary is None else vocabulary
     w_x = self.param(
         'input_kernel',
         nn.initializers.lecun_normal(),
-        (x.shape[-1], 4 * h_size),
+        (inputs.shape[-1], 4 * h_size),
     )
     w_h = self.param(
         'recurrent_kernel', nn.initializers.orthogonal(), (h_size, 4 * h_size)
@@ -253,7 +287,8 @@ class LSTM(nn.Module):
     )
     if self.reverse:
       x = reverse_padded(x, lengths)
-    x_gates = matmul(x, w_x, self.explicit_weight_grads) + b  # [T, B, 4H]
+    # [T, B, 4H]
+    x_gates = input_gates(x, w_x, b, self.explicit_weight_grads, vocabulary)
     valid = (jnp.arange(length)[:, None, None] < lengths[None, :, None]).astype(
         x_gates.dtype
     )
@@ -275,10 +310,11 @@ class BiLSTM(nn.Module):
   unroll: int = 1  # see lstm_recurrence
 
   @nn.compact
-  def __call__(self, x, lengths):
+  def __call__(self, x, lengths, vocabulary=None):
     """Time-major x [T, B, in] -> outputs [T, B, H], final carry (c, h) [B, H].
 
     Each is the forward and backward halves concatenated (fwd ++ bwd).
+    `vocabulary`: see LSTM.
     """
     half = self.features // 2
     fast = self.explicit_weight_grads
@@ -288,7 +324,7 @@ class BiLSTM(nn.Module):
         explicit_weight_grads=fast,
         unroll=self.unroll,
         name='forward',
-    )(x, lengths)
+    )(x, lengths, vocabulary)
     out_b, (c_b, h_b) = LSTM(
         half,
         self.forget_bias,
@@ -296,7 +332,7 @@ class BiLSTM(nn.Module):
         explicit_weight_grads=fast,
         unroll=self.unroll,
         name='backward',
-    )(x, lengths)
+    )(x, lengths, vocabulary)
     carry = (jnp.concatenate([c_f, c_b], -1), jnp.concatenate([h_f, h_b], -1))
     return jnp.concatenate([out_f, out_b], -1), carry
 

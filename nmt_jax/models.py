@@ -29,6 +29,7 @@ import jax.numpy as jnp
 from nmt_jax import attention as attention_lib
 from nmt_jax import hoisting
 from nmt_jax import lstm
+from nmt_jax import precision
 from nmt_jax.vocab import PAD
 
 
@@ -54,11 +55,16 @@ class Encoder(nn.Module):
     cfg = self.config
     # Time-major inside: the LSTM scans need [S, B, ...], and transposing the
     # ids is cheaper than transposing every layer's activations.
-    # [S, B, E]
-    x = nn.Embed(self.vocab_size, cfg.embed_size, name='embed')(source.T)
+    embed = nn.Embed(self.vocab_size, cfg.embed_size, name='embed')
+    x, vocabulary = source.T, None  # [S, B] ids
+    if lstm.uses_gate_table(cfg, self.vocab_size, source.size, train):
+      vocabulary = embed.embedding  # layer 0 looks its input gates up
+    else:
+      x = embed(x)  # [S, B, E]
     finals = []
     for layer in range(cfg.num_encoder_layers):
-      x = nn.Dropout(cfg.dropout)(x, deterministic=not train)
+      if vocabulary is None:
+        x = nn.Dropout(cfg.dropout)(x, deterministic=not train)
       bidirectional = cfg.bidirectional == 'all' or (
           cfg.bidirectional == 'bottom' and layer == 0
       )
@@ -69,7 +75,8 @@ class Encoder(nn.Module):
           explicit_weight_grads=cfg.explicit_weight_grads,
           unroll=cfg.scan_unroll,
           name=f'layer_{layer}',
-      )(x, lengths)
+      )(x, lengths, vocabulary)
+      vocabulary = None
       finals.append(final)
     return jnp.swapaxes(x, 0, 1), finals  # [B, S, H]
 
@@ -277,7 +284,14 @@ class Decoder(nn.Module):
     # Time-major inside (see Encoder); only htilde [T, B, H] is transposed back.
     # [T, B, E]
     emb = self.dropout(self.embed(target_in.T), deterministic=not train)
-    words = self.token_features(emb)  # [T, B, ...] each
+    if lstm.uses_gate_table(
+        self.config, self.vocab_size, target_in.size, train
+    ):
+      words = jax.tree_util.tree_map(
+          lambda v: jnp.take(v, target_in.T, axis=0), self.token_table()
+      )
+    else:
+      words = self.token_features(emb)  # [T, B, ...] each
     length, batch = target_in.shape[::-1]
     keep = self.dropout_masks(length, batch, train)
     loop = functools.partial(
@@ -382,20 +396,6 @@ class Decoder(nn.Module):
     return state, self.logits(htilde), diagnostics
 
 
-def compute_params(model_config, params):
-  """params with their float32 leaves in model.dtype (as is for float32).
-
-  Leaves already in model.dtype stay, so casting once before a loop (the
-  decoders' scorers.Single.prepare) leaves nothing for `apply` to redo per
-  step.
-  """
-  dtype = jnp.dtype(model_config.dtype)
-  if dtype == jnp.float32:
-    return params
-  cast = lambda x: x.astype(dtype) if x.dtype == jnp.float32 else x
-  return jax.tree_util.tree_map(cast, params)
-
-
 class Seq2Seq(nn.Module):
   """The encoder-decoder; `source`/`target` are padded with PAD = 0.
 
@@ -410,7 +410,7 @@ class Seq2Seq(nn.Module):
   target_vocab_size: int
 
   def apply(self, variables, *args, **kwargs):
-    params = compute_params(self.config, variables['params'])
+    params = precision.compute_params(self.config, variables['params'])
     return super().apply(dict(variables, params=params), *args, **kwargs)
 
   def setup(self):

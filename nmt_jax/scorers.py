@@ -32,6 +32,7 @@ import jax.numpy as jnp
 
 from nmt_jax import attention
 from nmt_jax import models
+from nmt_jax import precision
 from nmt_jax.vocab import PAD
 
 AVERAGES = ('log_probs', 'probs')
@@ -58,7 +59,7 @@ class Single:
 
   def prepare(self, params, lookups: int, gate_table: str = 'auto'):
     """(params in the compute dtype, the token table {name: [V, ...]} or None)."""
-    params = models.compute_params(self.model.config, params)
+    params = precision.compute_params(self.model.config, params)
     vocab = self.model.target_vocab_size
     if gate_table == 'on' or (gate_table == 'auto' and vocab < lookups):
       table = self.model.apply(

@@ -72,6 +72,7 @@ CHOICES = {
     'model.bidirectional': ('bottom', 'all', 'none'),
     'model.dtype': ('float32', 'bfloat16'),
     'decode.gate_table': ('auto', 'on', 'off'),
+    'model.gate_table': ('auto', 'on', 'off'),
     'train.schedule': ('constant', 'halve', 'warmup_rsqrt'),
     'train.beta_normalization': ('sentence', 'token'),
     'train.optimizer': ('adam', 'sgd'),
@@ -168,6 +169,14 @@ def _check_model(model):
   if model.dropout >= 1:
     raise errors.config_error(
         'model.dropout', model.dropout, 'must be below 1', 'use e.g. 0.2'
+    )
+  if model.gate_table == 'on' and model.dropout:
+    raise errors.config_error(
+        'model.gate_table',
+        'on',
+        f'cannot train with model.dropout={model.dropout} (the table holds'
+        ' the gates of undropped embeddings)',
+        "use 'auto' (a table wherever it applies) or model.dropout=0",
     )
   if model.bidirectional != 'none' and model.hidden_size % 2:
     raise errors.config_error(

@@ -71,6 +71,21 @@ LEVERS = (
         'embedding-to-gates table in decoding (`decode.gate_table=on` vs off)',
     ),
     (
+        'lever_model_gate_table.json',
+        (
+            "the encoder's layer-0 input gates from a per-word table in"
+            ' decoding (`model.gate_table=auto`, the default, vs off)'
+        ),
+    ),
+    (
+        'lever_model_gate_table_train.json',
+        (
+            'the same table in training, both without dropout'
+            ' (`model.dropout=0`; `model.gate_table=auto` vs off): the input'
+            ' gates of both LSTMs from a table'
+        ),
+    ),
+    (
         'lever_explicit_weight_grads.json',
         (
             'weight gradients as a GEMM on an explicit transpose '
