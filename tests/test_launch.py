@@ -343,4 +343,4 @@ def test_the_script_writes_every_file_the_performance_page_reads(tmp_path):
   read = [
       entry[0] for entry in performance_text.LEVERS + performance_text.KINDS
   ] + [performance_text.STARTUP_FILE]
-  assert len(read) == 14 and set(read) <= written, set(read) - written
+  assert len(read) == 16 and set(read) <= written, set(read) - written
