@@ -125,21 +125,55 @@ def lstm_recurrence(x_gates, w_h, valid, explicit_weight_grads=True, unroll=1):
     outputs [T, B, H] (h of every step), final carry (c, h) [B, H].
 
   The hand-written backward (below) keeps the per-step loop to one GEMM and a
-  broadcast multiply; autodiff's loop body is ~3x slower on XLA:CPU.
+  broadcast multiply; autodiff's loop body is ~3x slower on XLA:CPU. Outside
+  differentiation (encoding for decoding) the loop stops after the batch's
+  longest row: outputs past it are zeros.
   """
-  return _recurrence_forward(x_gates, w_h, valid, unroll)[0]
+  del explicit_weight_grads, unroll
+  return _recurrence_to_longest(x_gates, w_h, valid)
+
+
+def _lstm_step(gates_t, w_h, valid_t, carry):
+  """One step -> (new carry, h_new, (sigmoids, tanh(g), tanh(c_new)))."""
+  c, h = carry
+  s, g = _gate_activations(gates_t + h @ w_h)
+  c_new = s[:, 1] * c + s[:, 0] * g
+  tanh_c = jnp.tanh(c_new)
+  h_new = s[:, 3] * tanh_c
+  carry = (c + valid_t * (c_new - c), h + valid_t * (h_new - h))
+  return carry, h_new, (s, g, tanh_c)
+
+
+def _recurrence_to_longest(x_gates, w_h, valid):
+  """The forward recurrence, a loop over the steps up to the longest row.
+
+  Steps past it (a length bucket's padding) cost nothing here.
+  """
+  steps, batch, h_size = x_gates.shape[0], x_gates.shape[1], w_h.shape[0]
+  last = jnp.max(jnp.sum(valid, axis=0)).astype(jnp.int32)
+
+  def body(state):
+    t, carry, outputs = state
+    gates_t = jax.lax.dynamic_index_in_dim(x_gates, t, keepdims=False)
+    valid_t = jax.lax.dynamic_index_in_dim(valid, t, keepdims=False)
+    carry, h_new, _ = _lstm_step(gates_t, w_h, valid_t, carry)
+    outputs = jax.lax.dynamic_update_index_in_dim(outputs, h_new, t, 0)
+    return t + 1, carry, outputs
+
+  zeros = jnp.zeros((batch, h_size), x_gates.dtype)
+  outputs = jnp.zeros((steps, batch, h_size), x_gates.dtype)
+  _, carry, outputs = jax.lax.while_loop(
+      lambda state: state[0] < last, body, (0, (zeros, zeros), outputs)
+  )
+  return outputs, carry
 
 
 def _recurrence_forward(x_gates, w_h, valid, unroll):
   def step(carry, inputs):
     gates_t, valid_t = inputs
+    new_carry, h_new, (s, g, tanh_c) = _lstm_step(gates_t, w_h, valid_t, carry)
     c, h = carry
-    s, g = _gate_activations(gates_t + h @ w_h)
-    c_new = s[:, 1] * c + s[:, 0] * g
-    tanh_c = jnp.tanh(c_new)
-    h_new = s[:, 3] * tanh_c
-    carry = (c + valid_t * (c_new - c), h + valid_t * (h_new - h))
-    return carry, (h_new, (h, c, s, g, tanh_c))
+    return new_carry, (h_new, (h, c, s, g, tanh_c))
 
   batch, h_size = x_gates.shape[1], w_h.shape[0]
   zeros = jnp.zeros((batch, h_size), x_gates.dtype)

@@ -114,6 +114,32 @@ def test_recurrence_vjp_matches_autodiff():
     check_grads(loss(custom), (x_gates, w_h), order=1, modes=['rev'])
 
 
+def test_recurrence_stops_after_the_longest_row_outside_differentiation():
+  """Undifferentiated (encoding for decoding), the loop runs the real steps.
+
+  Every real step and the final carry equal the differentiated recurrence's
+  (a scan over all steps, which also computes outputs at padded steps);
+  outputs past the batch's longest row are zeros, never computed.
+  """
+  rng = np.random.default_rng(2)
+  t, b, h = 7, 3, 4
+  x_gates = jnp.asarray(rng.normal(size=(t, b, 4 * h)), jnp.float32)
+  w_h = jnp.asarray(rng.normal(size=(h, 4 * h)) * 0.5, jnp.float32)
+  lengths = np.array([4, 1, 3])
+  valid = jnp.asarray(
+      (np.arange(t)[:, None, None] < lengths[None, :, None]).astype(np.float32)
+  )
+  out, carry = jax.jit(lstm.lstm_recurrence)(x_gates, w_h, valid)
+  (scan_out, scan_carry), _ = jax.vjp(
+      lambda x: lstm.lstm_recurrence(x, w_h, valid), x_gates
+  )
+  np.testing.assert_allclose(out[:4], scan_out[:4], rtol=1e-6, atol=1e-7)
+  np.testing.assert_array_equal(out[4:], 0)
+  assert np.all(np.abs(scan_out[4:]) > 0)  # the scan computes them
+  for a, c in zip(carry, scan_carry):
+    np.testing.assert_allclose(a, c, rtol=1e-6, atol=1e-7)
+
+
 def test_padding_never_changes_valid_outputs():
   rng = np.random.default_rng(1)
   lengths = jnp.array([5, 2, 3])
