@@ -174,10 +174,11 @@ def get_config(arg=None):
   # Global gradient-norm clipping (Luong 5, Shu 3).
   config.train.clip_norm = 5.0
   config.train.label_smoothing = 0.0
-  # Compute the softmax and loss this many target positions at a time, never
-  # holding the [batch, length, vocabulary] logits at once (large
-  # vocabularies; 0 = all positions at once).
+  # Softmax and loss this many target positions at a time, never holding the
+  # [batch, length, vocabulary] logits at once (0 = all positions at once).
   config.train.loss_chunk = 0
+  # The dropout masks' generator (parameter init always uses JAX's default).
+  config.train.dropout_rng = 'threefry4x32'
   # Every N steps: log, validate (loss and BLEU), checkpoint.
   config.train.log_every = 50
   config.train.eval_every = 500

@@ -19,7 +19,7 @@ the loop. Values and gradients equal plain autodiff's up to float rounding
 gradient the plain loop runs.
 """
 
-from typing import Callable, Dict
+from typing import Callable, Dict, Optional
 
 from flax import traverse_util
 import flax.linen as nn
@@ -29,10 +29,15 @@ from nmt_jax import lstm
 
 
 class Projection(nn.Module):
-  """A bias-free dense layer (lecun_normal kernel) by `lstm.project`."""
+  """A dense layer (lecun_normal kernel) by `lstm.project`.
+
+  nn.Dense's parameters (kernel, and bias with `bias_init`), but its kernel
+  gradient is `lstm.weight_grad`'s, or hoisted with a probe.
+  """
 
   features: int
   explicit_weight_grads: bool = True
+  bias_init: Optional[Callable] = None  # None: no bias
 
   @nn.compact
   def __call__(self, x, probe=None):
@@ -41,7 +46,11 @@ class Projection(nn.Module):
         'kernel', nn.initializers.lecun_normal(), (x.shape[-1], self.features)
     )
     x, kernel = nn.dtypes.promote_dtype(x, kernel)  # as nn.Dense
-    return lstm.project(x, kernel, self.explicit_weight_grads, probe)
+    y = lstm.project(x, kernel, self.explicit_weight_grads, probe)
+    if self.bias_init is None:
+      return y
+    bias = self.param('bias', self.bias_init, (self.features,))
+    return y + bias.astype(y.dtype)
 
 
 def hoisted_weight_grads(

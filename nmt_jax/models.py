@@ -92,8 +92,10 @@ class Decoder(nn.Module):
     h_size = cfg.hidden_size
     self.embed = nn.Embed(self.vocab_size, cfg.embed_size)
     # Layer 0's embedding-to-gates projection, applied to all steps at once.
-    self.input_proj = nn.Dense(
-        4 * h_size, bias_init=lstm.forget_bias_init(h_size, cfg.forget_bias)
+    self.input_proj = hoisting.Projection(
+        4 * h_size,
+        cfg.explicit_weight_grads,
+        bias_init=lstm.forget_bias_init(h_size, cfg.forget_bias),
     )
     self.cell = lstm.StackedLSTMCell(
         h_size,

@@ -197,7 +197,8 @@ def train_step(
   are summed over devices, so the update equals the jit one on the whole
   batch (dropout masks are drawn per device).
   """
-  dropout_key = jax.random.fold_in(jax.random.key(config.seed), state.step)
+  seed = jax.random.key(config.seed, impl=config.train.dropout_rng)
+  dropout_key = jax.random.fold_in(seed, state.step)
   if axis_name:
     device = jax.lax.axis_index(axis_name)
     dropout_key = jax.random.fold_in(dropout_key, device)

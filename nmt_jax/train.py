@@ -15,6 +15,7 @@ from typing import Any, Callable, Dict
 from absl import logging
 import jax
 
+from nmt_jax import allocator
 from nmt_jax import checkpoint
 from nmt_jax import data
 from nmt_jax import evaluation
@@ -169,6 +170,11 @@ def _train_and_evaluate(config, workdir: str, mesh) -> Dict[str, Any]:
       f'{num_params:,}',
       batches.num_batches,
   )
+  if jax.default_backend() == 'cpu' and allocator.describe() == 'system':
+    logging.info(
+        'malloc: glibc gives every step fresh pages (README, "CPU memory'
+        ' allocator": tcmalloc, or NMT_JAX_KEEP_FREED_MEMORY=1)'
+    )
 
   # ------------------------------------------------------------ checkpoints
   ckpts = checkpoint.Checkpoints(workdir, keep=t.keep_checkpoints)

@@ -83,6 +83,7 @@ def test_warmup_rsqrt_schedule():
         ('model.hidden_size', 15, 'must be even'),
         ('train.schedule', 'cosine', 'train.schedule'),
         ('model.dropout', 1.0, 'must be below 1'),
+        ('train.dropout_rng', 'mt19937', 'train.dropout_rng'),
     ],
 )
 def test_validate_rejects_bad_values(field, value, message):
@@ -263,3 +264,30 @@ def test_a_train_step_with_a_chunked_loss_is_the_same_step(dropout):
       jax.tree_util.tree_leaves(whole.params),
   ):
     np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-6)
+
+
+def test_dropout_masks_come_from_the_configured_generator():
+  """train.dropout_rng picks the generator; without dropout it is unused."""
+  batch = None
+  losses = {}
+  for dropout in (0.0, 0.3):
+    for rng in ('threefry4x32', 'threefry2x32'):
+      config = helpers.tiny_config('global', 'general', dropout=dropout)
+      config.train.dropout_rng = rng
+      setup = train.build(config)
+      batch = setup.batches.batch(0) if batch is None else batch
+      step = functools.partial(
+          steps.train_step,
+          model=setup.model,
+          optimizer=setup.optimizer,
+          config=setup.config,
+      )
+      if dropout:
+        jaxpr = str(jax.make_jaxpr(step)(setup.state, batch))
+        other = ({'threefry4x32', 'threefry2x32'} - {rng}).pop()
+        key_type = lambda impl: str(jax.random.key(0, impl=impl).dtype)
+        assert key_type(rng) in jaxpr and key_type(other) not in jaxpr
+      _, metrics = jax.jit(step)(setup.state, batch)
+      losses[dropout, rng] = float(metrics['loss_sum'])
+  assert losses[0.0, 'threefry4x32'] == losses[0.0, 'threefry2x32']
+  assert losses[0.3, 'threefry4x32'] != losses[0.3, 'threefry2x32']
