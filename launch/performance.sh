@@ -15,14 +15,15 @@
 # files go to OUT, and the page is written from them
 # (`python -m nmt_jax.tools.performance OUT --output=...`). --dry-run prints
 # the commands instead. REPEATS (3) pairs per figure; PARTS (default
-# "train decode all levers startup page") runs some parts only. ~95 min
-# on 2 cores.
+# "train decode all levers startup page") runs some parts only, and ONLY
+# (names of runs, as in OUT) some runs only. ~95 min on 2 cores.
 # PLATFORM=gpu times both toolkits on the GPU instead (a CUDA build of JAX
 # here and of torch in PEER_VENV; OpenNMT-py with -gpu_ranks 0 / -gpu 0):
-# nothing is pinned and the all-cores part is skipped.
+# nothing is pinned, the all-cores part is skipped and a training
+# repetition is STEPS (100) steps instead of 10.
 set -euo pipefail
 
-usage() { sed -n '2,22p' "$0" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '2,23p' "$0" | sed 's/^# \{0,1\}//'; }
 error() { echo "error: $*" >&2; exit 2; }
 OUT= DRY_RUN= PAGE=docs/performance.md
 for arg in "$@"; do
@@ -42,12 +43,14 @@ PYTHON=${PYTHON:-python}
 PARTS=" ${PARTS:-train decode all levers startup page} "
 PLATFORM=${PLATFORM:-cpu}
 case $PLATFORM in
-  cpu) PEER_TRAIN_DEVICE=() PEER_DECODE_DEVICE=(-gpu -1) ;;
+  cpu) PEER_TRAIN_DEVICE=() PEER_DECODE_DEVICE=(-gpu -1) STEPS=${STEPS:-10} ;;
   gpu) PEER_TRAIN_DEVICE=(-world_size 1 -gpu_ranks 0) PEER_DECODE_DEVICE=(-gpu 0)
-    PARTS=${PARTS/ all / } ;;
+    PARTS=${PARTS/ all / } STEPS=${STEPS:-100} ;;
   *) error "PLATFORM=$PLATFORM: use cpu or gpu" ;;
 esac
 PEER_VENV=${PEER_VENV:-}
+# tcmalloc for the allocator levers (skipped when not installed).
+TCMALLOC=${TCMALLOC-$(ls /usr/lib/*/libtcmalloc_minimal.so.4 2>/dev/null | head -n 1 || true)}
 PEER_SCRIPTS=${PEER_SCRIPTS:-}
 PEER_WORK=${PEER_WORK:-}
 if [[ -n "$PEER_VENV" ]]; then
@@ -72,6 +75,7 @@ pin() { # for $1 threads: PIN, the prefix that runs a command on their cores,
 run() { # run NAME command...: output to OUT/NAME.log (or printed, --dry-run)
   local name=$1
   shift
+  [[ -z "${ONLY:-}" || " $ONLY " == *" $name "* ]] || return 0
   if [[ -n "$DRY_RUN" ]]; then
     printf '%q ' "$@"
     echo
@@ -81,20 +85,21 @@ run() { # run NAME command...: output to OUT/NAME.log (or printed, --dry-run)
   "$@" > "$OUT/$name.log" 2>&1 || { echo "failed: $OUT/$name.log"; tail -3 "$OUT/$name.log"; }
 }
 BRITZ=(--config.model.bidirectional=all --config.model.bridge=copy)
-bench() { # bench train|decode L THREADS NAME [args...]
-  local command=$1 length=$2 threads=$3 name=$4
+bench() { # bench train|decode L THREADS NAME [args...] (BENCH_ENV: env settings)
+  local command=$1 length=$2 threads=$3 name=$4 steps=()
   shift 4
   pin "$threads"
-  run "$name" "${PIN[@]}" "$PYTHON" -m nmt_jax.bench "$command" \
+  [[ $command == train ]] && steps=(--steps="$STEPS")
+  run "$name" "${PIN[@]}" env ${BENCH_ENV:-} "$PYTHON" -m nmt_jax.bench "$command" \
     --config="configs/global_general.py:copy$length" "${BRITZ[@]}" \
-    "${THREADS[@]}" --json="$OUT/$name.json" "$@"
+    "${THREADS[@]}" "${steps[@]}" --json="$OUT/$name.json" "$@"
 }
 peer_train() { # L THREADS NAME
   [[ -n "$PEER_VENV" ]] || return 0
   local length=$1 threads=$2 name=$3 window=80
   [[ $length -gt 50 ]] && window=50
   pin "$threads"
-  run "$name" env OMP_NUM_THREADS="$threads" MKL_NUM_THREADS="$threads" \
+  run "$name" env OMP_NUM_THREADS="$threads" MKL_NUM_THREADS="$threads" ${PEER_ENV:-} \
     "${PIN[@]}" "$PEER_VENV/bin/python" "$PEER_SCRIPTS/train_bench.py" \
     --threads "$threads" --json "$OUT/$name.json" --warmup 15 --window $window -- \
     -config "$PEER_WORK/runs/L$length/train.yaml" -train_steps $((15 + window + 1)) \
@@ -171,6 +176,20 @@ if part levers; then
     --compare.model.explicit_weight_grads=false
   bench train 50 1 lever_hoist_weight_grads --repeats=3 "${OTHER[@]}" \
     --compare.model.hoist_weight_grads=false
+  bench train 50 1 lever_dropout_rng --repeats=5 "${OTHER[@]}" \
+    --compare.train.dropout_rng=threefry2x32
+  # The allocator is set per process: separate processes, alternating.
+  for r in $(seq 1 "$REPEATS"); do
+    BENCH_ENV=NMT_JAX_KEEP_FREED_MEMORY=1 bench train 50 1 \
+      "lever_keep_memory_on_r$r" --repeats=3
+    bench train 50 1 "lever_keep_memory_off_r$r" --repeats=3
+    if [[ -n "$TCMALLOC" ]]; then
+      BENCH_ENV=LD_PRELOAD=$TCMALLOC bench train 50 1 "lever_tcmalloc_on_r$r" --repeats=3
+      bench train 50 1 "lever_tcmalloc_off_r$r" --repeats=3
+      PEER_ENV=LD_PRELOAD=$TCMALLOC peer_train 50 1 "peer_lever_tcmalloc_on_r$r"
+      peer_train 50 1 "peer_lever_tcmalloc_off_r$r"
+    fi
+  done
   bench train 50 1 lever_bfloat16 --repeats=3 "${OTHER[@]}" --config.model.dtype=bfloat16
   bench train 50 1 lever_scan_unroll2 --repeats=3 "${OTHER[@]}" --config.model.scan_unroll=2
   bench decode 50 1 lever_decode_unroll4 "${DECODE[@]}" "${OTHER[@]}" \

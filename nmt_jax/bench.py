@@ -37,6 +37,7 @@ from absl import flags
 import jax
 from ml_collections import config_flags
 
+from nmt_jax import allocator
 from nmt_jax import attention
 from nmt_jax import errors
 from nmt_jax import writers
@@ -164,20 +165,20 @@ def run(command: str) -> Dict[str, Any]:
       'device_count': jax.device_count(),
       'jax': jax.__version__,
       'cpu': bench.cpu_name(),
+      'malloc': allocator.describe(),
       'date': datetime.date.today().isoformat(),
       'config': describe(config),
   }
   if command == 'train':
-    result['this'] = bench.bench_train(config, _STEPS.value, _REPEATS.value)
-    if compare is not None:
-      result['other'] = bench.bench_train(compare, _STEPS.value, _REPEATS.value)
-      result['compare_config'] = describe(compare)
-      result['speedup'] = {
-          'tokens_per_sec': (
-              result['this']['tokens_per_sec']
-              / result['other']['tokens_per_sec']
+    if compare is None:
+      result['this'] = bench.bench_train(config, _STEPS.value, _REPEATS.value)
+    else:
+      result.update(
+          bench.bench_train(
+              config, _STEPS.value, _REPEATS.value, compare=compare
           )
-      }
+      )
+      result['compare_config'] = describe(compare)
   elif command == 'train_memory':
     result['this'] = bench.bench_memory(config, _VOCAB_SIZE.value)
     if compare is not None:

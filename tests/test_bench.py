@@ -229,6 +229,51 @@ def test_the_performance_page_pairs_runs_and_reports_the_median_ratio(
   assert 'not measured' in text  # the levers and decoding were not run
 
 
+def test_the_performance_page_pairs_processes_of_a_process_lever(tmp_path):
+  on, off, *_ = performance_text.PROCESS_LEVERS[0]
+  for r, (faster, slower) in enumerate([(1200.0, 1000.0), (900.0, 1000.0)], 1):
+    for name, rate, kernel in ((on, faster, 0.0), (off, slower, 0.2)):
+      this = {
+          'tokens_per_sec': rate,
+          'tokens_per_cpu_sec': 2 * rate,
+          'kernel_cpu_fraction': kernel,
+          'peak_rss_mb': 900.0,
+      }
+      path = tmp_path / name.format(r=r)
+      path.write_text(json.dumps({'jax': '0.0', 'this': this}))
+  text = performance.page([str(tmp_path)])
+  row = next(line for line in text.splitlines() if 'malloc' in line)
+  # on / off per pair: 1.2 and 0.9.
+  assert 'x1.05 [0.90 - 1.20] target tok/s' in row, row
+  assert 'x1.05 [0.90 - 1.20] per CPU s (2 pairs of processes)' in row, row
+  assert 'kernel 0.0% vs 20.0%' in row, row
+
+
+def test_bench_train_compare_alternates_and_pairs_repetitions(tmp_path):
+  path = tmp_path / 'train.json'
+  bench(
+      'train',
+      '--config=configs/global_general.py:tiny',
+      '--compare=configs/global_general.py:tiny',
+      '--compare.train.dropout_rng=threefry2x32',
+      '--steps=2',
+      '--repeats=2',
+      f'--json={path}',
+  )
+  result = json.loads(path.read_text())
+  this, other = result['this'], result['other']
+  pairs = result['speedup']['tokens_per_sec_pairs']
+  assert pairs == pytest.approx([
+      a / b
+      for a, b in zip(this['tokens_per_sec_runs'], other['tokens_per_sec_runs'])
+  ])
+  assert result['speedup']['tokens_per_sec'] == pytest.approx(
+      sorted(pairs)[0] / 2 + sorted(pairs)[1] / 2
+  )
+  assert 0 <= this['kernel_cpu_fraction'] <= 1
+  assert result['compare_config'] == result['config']
+
+
 def test_the_performance_page_compares_attention_kinds_per_pair(tmp_path):
   runs = lambda times: {
       'ms_per_sentence': sorted(times)[1],
@@ -375,9 +420,11 @@ def test_the_performance_page_shows_cold_and_warm_startup(tmp_path):
 
 
 def test_the_performance_page_is_what_its_kept_runs_say():
-  runs = os.path.join(conftest.ROOT, 'docs', 'performance_runs', 'cpu')
+  runs = os.path.join(conftest.ROOT, 'docs', 'performance_runs')
   with open(os.path.join(conftest.ROOT, 'docs', 'performance.md')) as f:
     kept = f.read()
   # Rewrite it with:
-  #   python -m nmt_jax.tools.performance docs/performance_runs/cpu
-  assert performance.page([runs]) == kept
+  #   python -m nmt_jax.tools.performance docs/performance_runs/cpu \
+  #     docs/performance_runs/gpu
+  outs = [os.path.join(runs, 'cpu'), os.path.join(runs, 'gpu')]
+  assert performance.page(outs) == kept

@@ -331,16 +331,44 @@ def test_performance_on_a_gpu_runs_both_toolkits_there_unpinned(tmp_path):
   assert decodes and all(a[a.index('-gpu') + 1] == '0' for a in decodes)
   # No all-cores part: every run is one process.
   assert not any(re.search(r'_t(?!1_)\d+_', ' '.join(a)) for a in timed)
+  # A training repetition is 100 steps: 10 take a few milliseconds there.
+  ours = [a for a in timed if 'nmt_jax.bench' in a and 'train' in a]
+  assert ours and all('--steps=100' in a for a in ours)
   result = _performance_dry_run(tmp_path, PLATFORM='tpu')
   assert result.returncode == 2
   assert result.stderr.strip() == 'error: PLATFORM=tpu: use cpu or gpu'
 
 
-def test_the_script_writes_every_file_the_performance_page_reads(tmp_path):
-  result = _performance_dry_run(tmp_path, PARTS='levers startup')
+def test_performance_only_runs_the_runs_it_names(tmp_path):
+  result = _performance_dry_run(
+      tmp_path,
+      PARTS='train levers',
+      ONLY='lever_bfloat16 peer_train_L50_t1_r2',
+  )
   assert result.returncode == 0, result.stderr
-  written = set(re.findall(r'--json=\S*/(\w+\.json)', result.stdout))
+  timed = [shlex.split(line) for line in result.stdout.splitlines()]
+  out = tmp_path / 'out'
+  assert len(timed) == 2, timed
+  assert f'--json={out}/lever_bfloat16.json' in timed[1]
+  assert (
+      timed[0][timed[0].index('--json') + 1]
+      == f'{out}/peer_train_L50_t1_r2.json'
+  )
+
+
+def test_the_script_writes_every_file_the_performance_page_reads(tmp_path):
+  result = _performance_dry_run(
+      tmp_path, PARTS='levers startup', TCMALLOC='/lib/libtcmalloc.so'
+  )
+  assert result.returncode == 0, result.stderr
+  written = set(re.findall(r'--json[= ]\S*/(\w+\.json)', result.stdout))
   read = [
       entry[0] for entry in performance_text.LEVERS + performance_text.KINDS
   ] + [performance_text.STARTUP_FILE]
-  assert len(read) == 16 and set(read) <= written, set(read) - written
+  for on, off, *_ in performance_text.PROCESS_LEVERS:  # 3 pairs (REPEATS)
+    read += [name.format(r=r) for name in (on, off) for r in (1, 2, 3)]
+  assert len(read) == 35 and set(read) <= written, set(read) - written
+  preloaded = [
+      line for line in result.stdout.splitlines() if 'LD_PRELOAD' in line
+  ]
+  assert len(preloaded) == 6  # nmt_jax and OpenNMT-py, 3 runs each

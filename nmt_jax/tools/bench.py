@@ -143,78 +143,126 @@ def dense_flops(
 # ----------------------------------------------------------------- train
 
 
-def bench_train(
-    config, num_steps: int, repeats: int, workdir: Optional[str] = None
-) -> Dict[str, Any]:
-  """Timed training steps of a config (the median of `repeats` repetitions)."""
-  config = validation.resolve(config)
-  setup = train.build(config, workdir)
-  state, batches, mesh = setup.state, setup.batches, setup.mesh
-  step_fn = jax.jit(setup.step_fn(), donate_argnums=0)
-  samples = [
-      parallel.shard_batch(batching.dummy_batch(rows, length), mesh)
-      for length, rows in zip(batches.boundaries, batches.sizes)
-  ]
-  # Every bucket shape, ahead of time (donated state: compile only).
-  compiled_step, compile_s = timing.compile_by_shape(
-      step_fn, [(state, sample) for sample in samples], warm=False
-  )
-  longest = compiled_step.executables[timing.shape_key((state, samples[-1]))]
-  loops = hlo.loop_ops(longest.as_text())
+class TrainBench:
+  """One config's compiled training step and batches.
 
-  def run(first_step):
-    nonlocal state
-    host = [batches.batch(s) for s in range(first_step, first_step + num_steps)]
-    device = [parallel.shard_batch(b, mesh) for b in host]
+  `time()` runs the next `num_steps` batches of the training stream and
+  returns (seconds, real target tokens, padded target tokens, dense FLOPs,
+  CPU seconds, of which in the kernel).
+  """
+
+  def __init__(self, config, num_steps: int, workdir: Optional[str] = None):
+    config = validation.resolve(config)
+    setup = train.build(config, workdir)
+    self.config, self.setup, self.num_steps = config, setup, num_steps
+    self.state, self.batches = setup.state, setup.batches
+    step_fn = jax.jit(setup.step_fn(), donate_argnums=0)
+    samples = [
+        parallel.shard_batch(batching.dummy_batch(rows, length), setup.mesh)
+        for length, rows in zip(self.batches.boundaries, self.batches.sizes)
+    ]
+    # Every bucket shape, ahead of time (donated state: compile only).
+    self.step, self.compile_s = timing.compile_by_shape(
+        step_fn, [(self.state, sample) for sample in samples], warm=False
+    )
+    longest = self.step.executables[timing.shape_key((self.state, samples[-1]))]
+    self.loop_ops = hlo.loop_ops(longest.as_text())
+    self.next_step = 0
+    self.time()  # warm-up: the first execution of each shape
+
+  def time(self):
+    first, count = self.next_step, self.num_steps
+    self.next_step += count
+    host = [self.batches.batch(s) for s in range(first, first + count)]
+    device = [parallel.shard_batch(b, self.setup.mesh) for b in host]
 
     def steps_pass():
-      nonlocal state
       for batch in device:
-        state, metrics = compiled_step(state, batch)
+        self.state, metrics = self.step(self.state, batch)
       return metrics
 
+    kernel_start = os.times().system
     _, seconds, cpu_seconds = timing.timed_with_cpu(steps_pass)
+    kernel_seconds = os.times().system - kernel_start
     real = sum(int(np.sum(b['target_out'] != 0)) for b in host)
     padded = sum(b['target_out'].size for b in host)
     flops = 3 * sum(
         dense_flops(
-            config.model,
+            self.config.model,
             b['source'].shape[0],
             b['source'].shape[1],
             b['target_out'].shape[1],
-            len(setup.task.target_vocab),
+            len(self.setup.task.target_vocab),
         )
         for b in host
     )
-    return seconds, real, padded, flops, cpu_seconds
+    return seconds, real, padded, flops, cpu_seconds, kernel_seconds
 
-  run(0)  # warm-up: the first execution of each shape
-  results = [run((r + 1) * num_steps) for r in range(repeats)]
-  seconds = [r[0] for r in results]
-  median = results[int(np.argsort(seconds)[len(seconds) // 2])]
-  rate = matmul_gflops()
-  gflops = median[3] / median[0] / 1e9
-  return {
-      'tokens_per_sec': median[1] / median[0],
-      # Per second of this process's CPU time (all its threads).
-      'tokens_per_cpu_sec': median[1] / median[4],
-      'cpu_utilization': median[4] / median[0],
-      'padded_tokens_per_sec': median[2] / median[0],
-      'padding_fraction': 1 - median[1] / median[2],
-      'bucket_lengths': list(batches.boundaries),
-      'step_ms': 1000 * median[0] / num_steps,
-      'compile_s': compile_s,
-      'compile_buckets': len(batches.boundaries),
-      'peak_rss_mb': peak_rss_mb(),
-      'peak_device_memory_mb': peak_device_memory_mb(),
-      'dense_gflops_per_sec': gflops,
-      'matmul_gflops_per_sec': rate,
-      'fraction_of_matmul_rate': gflops / rate,
-      'tokens_per_sec_runs': [r[1] / r[0] for r in results],
-      # Per iteration of each loop of the longest bucket's step (encoder
-      # layers, the decoder forward, their backward passes).
-      'loop_ops': loops,
+  def summary(self, results) -> Dict[str, Any]:
+    """The figures of `time()`'s results: the median repetition's rates."""
+    seconds = [r[0] for r in results]
+    median = results[int(np.argsort(seconds)[len(seconds) // 2])]
+    rate = matmul_gflops()
+    gflops = median[3] / median[0] / 1e9
+    return {
+        'tokens_per_sec': median[1] / median[0],
+        # Per second of this process's CPU time (all its threads).
+        'tokens_per_cpu_sec': median[1] / median[4],
+        'cpu_utilization': median[4] / median[0],
+        # The share of that CPU time spent in the kernel (page faults, ...).
+        'kernel_cpu_fraction': median[5] / median[4],
+        'padded_tokens_per_sec': median[2] / median[0],
+        'padding_fraction': 1 - median[1] / median[2],
+        'bucket_lengths': list(self.batches.boundaries),
+        'step_ms': 1000 * median[0] / self.num_steps,
+        'compile_s': self.compile_s,
+        'compile_buckets': len(self.batches.boundaries),
+        'peak_rss_mb': peak_rss_mb(),
+        'peak_device_memory_mb': peak_device_memory_mb(),
+        'dense_gflops_per_sec': gflops,
+        'matmul_gflops_per_sec': rate,
+        'fraction_of_matmul_rate': gflops / rate,
+        'tokens_per_sec_runs': [r[1] / r[0] for r in results],
+        'tokens_per_cpu_sec_runs': [r[1] / r[4] for r in results],
+        # Per iteration of each loop of the longest bucket's step (encoder
+        # layers, the decoder forward, their backward passes).
+        'loop_ops': self.loop_ops,
+    }
+
+
+def bench_train(
+    config,
+    num_steps: int,
+    repeats: int,
+    workdir: Optional[str] = None,
+    compare=None,
+) -> Dict[str, Any]:
+  """Timed training steps of a config (the median of `repeats` repetitions).
+
+  With `compare` (a second config) both run in this process, their
+  repetitions alternating (each time the next `num_steps` batches of its
+  own stream), so both see the same machine state; the result then has
+  'this', 'other' and 'speedup': tokens/s of this over other, the median
+  over pairs of repetitions with its range.
+  """
+  benches = {'this': TrainBench(config, num_steps, workdir)}
+  if compare is not None:
+    benches['other'] = TrainBench(compare, num_steps)
+  runs = {name: [] for name in benches}
+  for _ in range(repeats):
+    for name, one in benches.items():
+      runs[name].append(one.time())
+  if compare is None:
+    return benches['this'].summary(runs['this'])
+  result = {name: one.summary(runs[name]) for name, one in benches.items()}
+  pairs = [
+      (a[1] / a[0]) / (b[1] / b[0]) for a, b in zip(runs['this'], runs['other'])
+  ]
+  result['speedup'] = {
+      'tokens_per_sec': statistics.median(pairs),
+      'tokens_per_sec_pairs': pairs,
   }
+  return result
 
 
 def bench_memory(config, vocab_size: int) -> Dict[str, Any]:

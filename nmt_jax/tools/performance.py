@@ -104,9 +104,24 @@ def training_rows(out: str, threads: int, first: str = 'cpu') -> List[str]:
         f'padding {pad:.1%} (peer {_peer_padding(theirs)}); '
         f'compile {compile_s:.0f} s'
     )
+    if first == 'wall':  # an accelerator: how many kernels the loops launch
+      notes += _loop_launches(ours)
     figure = 'training, target tok/s'
     rows.append(_row(figure, length, ours, theirs, 'tokens', notes, first))
   return rows
+
+
+def _loop_launches(ours) -> str:
+  """'; ~N ops in loops per step, M µs each': the loop bodies' compiled ops
+  (on a GPU each a kernel launch) times their trip counts, at the mean bucket
+  length, against the step time."""
+  this = next(iter(ours.values()))
+  if not this.get('loop_ops'):
+    return ''
+  per_position = sum(loop['ops'] for loop in this['loop_ops'])
+  ops = per_position * statistics.mean(this['bucket_lengths'])
+  micros = 1000 * statistics.median(x['step_ms'] for x in ours.values()) / ops
+  return f'; ~{ops:,.0f} ops in loops per step, {micros:.1f} µs each'
 
 
 def _peer_padding(theirs) -> str:
@@ -199,6 +214,54 @@ def lever_rows(out: str) -> List[str]:
           f"{other[k]['ms_per_sentence']:.2f} ms/sent"
           for k in speedup
       )
+    rows.append(f'| {what} | {shown} | {notes} |')
+  return rows
+
+
+def _pick(runs, key) -> Dict[int, float]:
+  """{repeat: figure `key`} of {repeat: figures}."""
+  return {r: x[key] for r, x in runs.items()}
+
+
+def _median(runs, key) -> float:
+  return statistics.median(_pick(runs, key).values())
+
+
+def process_lever_rows(out: str) -> List[str]:
+  """Speedups of the levers set per process, per pair of processes."""
+  rows = []
+  for on_pattern, off_pattern, what, whose in text.PROCESS_LEVERS:
+    if whose == 'peer':
+      read = lambda pattern: {
+          r: peer.train_figures([p]) for r, p in _runs(out, pattern).items()
+      }
+    else:
+      read = lambda pattern: _bench_runs(out, pattern)
+    on, off = read(on_pattern), read(off_pattern)
+    if not on or not off:
+      rows.append(f'| {what} | not measured | |')
+      continue
+    wall = _pairs(_pick(on, 'tokens_per_sec'), _pick(off, 'tokens_per_sec'))
+    cpu = _pairs(
+        _pick(on, 'tokens_per_cpu_sec'), _pick(off, 'tokens_per_cpu_sec')
+    )
+    shown = (
+        f'x{_summary(wall)} target tok/s, x{_summary(cpu)} per CPU s'
+        f' ({len(wall)} pairs of processes)'
+    )
+    notes = (
+        f"{_median(on, 'tokens_per_sec'):,.0f} vs"
+        f" {_median(off, 'tokens_per_sec'):,.0f} tok/s; "
+    )
+    if whose == 'bench':
+      notes += (
+          f"CPU time in the kernel {_median(on, 'kernel_cpu_fraction'):.1%}"
+          f" vs {_median(off, 'kernel_cpu_fraction'):.1%}; "
+      )
+    notes += (
+        f"peak RSS {_median(on, 'peak_rss_mb'):,.0f} vs"
+        f" {_median(off, 'peak_rss_mb'):,.0f} MB"
+    )
     rows.append(f'| {what} | {shown} | {notes} |')
   return rows
 
@@ -315,6 +378,10 @@ def sections(out: str) -> List[str]:
   on_cpu = platform == 'cpu'
   machine = _cpu_name(out) if on_cpu else f'{platform.upper()} {device}'
   parts = [f'Measured {_measured(out)} on {machine}; JAX {jax_version}.\n']
+  notes = os.path.join(out, 'notes.md')
+  if os.path.exists(notes):  # what the runs' author saw, kept beside them
+    with open(notes) as f:
+      parts.append(f.read().strip() + '\n')
   runs = [(1, 'CPU, one thread' if on_cpu else f'{platform.upper()}, {device}')]
   found = glob.glob(os.path.join(out, 'train_L50_t*_r1.json'))
   counts = sorted(int(re.search(r'_t(\d+)_', p).group(1)) for p in found)
@@ -335,19 +402,12 @@ def sections(out: str) -> List[str]:
       'pair of repetitions: median [min - max].\n\n'
       '| lever | speedup | figures |\n|---|---:|---|'
   )
-  parts.extend(lever_rows(out))
+  parts.extend(lever_rows(out) + process_lever_rows(out))
   parts.extend(kind_sections(out, where))
   parts.extend(startup_section(out))
   memory = memory_rows(out)
   if memory:
-    parts.append(
-        '\n## Memory of a training step at the WMT size\n\n'
-        "XLA's memory plan (`bench train_memory`): memory K = 64, 512 units, "
-        '16k words per side, batch 128, L = 50; `train.loss_chunk` computes '
-        'the softmax and loss a few target positions at a time.\n\n'
-        '| loss_chunk | temp MB | arguments MB | one [B, T, V] logits MB |\n'
-        '|---|---:|---:|---:|'
-    )
+    parts.append(text.MEMORY)
     parts.extend(memory)
   return parts
 
@@ -359,13 +419,7 @@ def page(outs: Sequence[str]) -> str:
     parts.extend(sections(out))
     parts.append('')
   if all(_platform(out)[0] == 'cpu' for out in outs):
-    parts.append(
-        '## GPU and TPU\n\n'
-        'Not measured: no accelerator was available for these runs. The '
-        'same command runs there with `PLATFORM=gpu` (`bench` reports the '
-        'platform, device kind and count, dtype and peak device memory in '
-        'every JSON file).\n'
-    )
+    parts.append(text.NO_ACCELERATOR)
   return '\n'.join(parts)
 
 

@@ -16,10 +16,12 @@ and of torch in `PEER_VENV`) times both toolkits there (OpenNMT-py with
 `-gpu_ranks 0` / `-gpu 0`, cuDNN's LSTM); the page then takes both runs:
 `python -m nmt_jax.tools.performance /tmp/perf /tmp/perf_gpu`.
 
-The JSON files behind this page are kept in `docs/performance_runs/cpu/`
-(`python -m nmt_jax.tools.performance docs/performance_runs/cpu` writes the
-page again); one part can be measured again into a copy of them with
-`PARTS=...` (e.g. `PARTS="startup page"`).
+The JSON files behind this page are kept in `docs/performance_runs/cpu/` and
+`docs/performance_runs/gpu/` (`python -m nmt_jax.tools.performance
+docs/performance_runs/cpu docs/performance_runs/gpu` writes the page again;
+a `notes.md` beside a directory's files is shown under its heading); one part
+can be measured again into a copy of them with `PARTS=...` (e.g.
+`PARTS="startup page"`), and single runs with `ONLY="name ..."`.
 
 The model is Britz et al.'s copy-task model: 2-layer bidirectional LSTM
 encoder (2 x 128 units), 2-layer LSTM decoder (256), general attention, input
@@ -56,6 +58,30 @@ L = 200; on a CPU, training at least 1.25x OpenNMT-py, greedy decoding at
 least 2x and beam 10 at least 1.5x (ratios per CPU second).
 """
 
+
+# Levers set per process (training at L = 50 in separate processes,
+# alternating): (files with the lever on, files with it off, what it is,
+# whose files: 'bench' or 'peer').
+PROCESS_LEVERS = (
+    (
+        'lever_keep_memory_on_r{r}.json',
+        'lever_keep_memory_off_r{r}.json',
+        "glibc's malloc keeping freed memory (`NMT_JAX_KEEP_FREED_MEMORY=1`)",
+        'bench',
+    ),
+    (
+        'lever_tcmalloc_on_r{r}.json',
+        'lever_tcmalloc_off_r{r}.json',
+        'tcmalloc instead of glibc (`LD_PRELOAD`)',
+        'bench',
+    ),
+    (
+        'peer_lever_tcmalloc_on_r{r}.json',
+        'peer_lever_tcmalloc_off_r{r}.json',
+        'OpenNMT-py: tcmalloc instead of glibc (`LD_PRELOAD`)',
+        'peer',
+    ),
+)
 
 # bench train|decode --compare files of each lever: (name, what it is).
 LEVERS = (
@@ -98,6 +124,13 @@ LEVERS = (
             "the decoder's per-step kernel gradients as one GEMM after its"
             ' backward loop (`model.hoist_weight_grads`, on by default) vs'
             ' off'
+        ),
+    ),
+    (
+        'lever_dropout_rng.json',
+        (
+            'dropout masks from `threefry4x32` (`train.dropout_rng`, the'
+            " default) vs JAX's default `threefry2x32`"
         ),
     ),
     (
@@ -243,3 +276,21 @@ STARTUP_ROWS = (
         'translate: files added to the cache (at most, of any repetition)',
     ),
 )
+
+
+NO_ACCELERATOR = """## GPU and TPU
+
+Not measured: no accelerator was available for these runs. The same command
+runs there with `PLATFORM=gpu` (`bench` reports the platform, device kind and
+count, dtype and peak device memory in every JSON file).
+"""
+
+MEMORY = """
+## Memory of a training step at the WMT size
+
+XLA's memory plan (`bench train_memory`): memory K = 64, 512 units, 16k words
+per side, batch 128, L = 50; `train.loss_chunk` computes the softmax and loss
+a few target positions at a time.
+
+| loss_chunk | temp MB | arguments MB | one [B, T, V] logits MB |
+|---|---:|---:|---:|"""
