@@ -177,7 +177,7 @@ if part levers; then
   bench train 50 1 lever_hoist_weight_grads --repeats=3 "${OTHER[@]}" \
     --compare.model.hoist_weight_grads=false
   bench train 50 1 lever_dropout_rng --repeats=5 "${OTHER[@]}" \
-    --compare.train.dropout_rng=threefry2x32
+    --config.train.dropout_rng=philox2x32
   # The allocator is set per process: separate processes, alternating.
   for r in $(seq 1 "$REPEATS"); do
     BENCH_ENV=NMT_JAX_KEEP_FREED_MEMORY=1 bench train 50 1 \

@@ -178,7 +178,7 @@ def get_config(arg=None):
   # [batch, length, vocabulary] logits at once (0 = all positions at once).
   config.train.loss_chunk = 0
   # The dropout masks' generator (parameter init always uses JAX's default).
-  config.train.dropout_rng = 'threefry4x32'
+  config.train.dropout_rng = 'threefry2x32'
   # Every N steps: log, validate (loss and BLEU), checkpoint.
   config.train.log_every = 50
   config.train.eval_every = 500

@@ -18,6 +18,7 @@ import jax
 from nmt_jax import allocator
 from nmt_jax import checkpoint
 from nmt_jax import data
+from nmt_jax import errors
 from nmt_jax import evaluation
 from nmt_jax import inference
 from nmt_jax import locks
@@ -69,6 +70,13 @@ def make_mesh(config):
   """
   mesh = parallel.make_mesh(config.parallel.mesh_shape)
   parallel.check_divisible(config.train.batch_size, mesh, 'train.batch_size')
+  if config.train.dropout_rng == 'philox2x32' and mesh.devices.size > 1:
+    # XLA cannot lower Philox's mulhi in a step sharded over devices.
+    raise errors.ConfigError(
+        'config: train.dropout_rng=philox2x32 does not compile in a step '
+        f'sharded over {mesh.devices.size} devices; use '
+        '--config.train.dropout_rng=threefry2x32'
+    )
   # Every bucket holds a batch of a multiple of the device count.
   batching.training_batch_sizes(config, mesh.devices.size)
   return mesh

@@ -76,7 +76,7 @@ CHOICES = {
     'train.schedule': ('constant', 'halve', 'warmup_rsqrt'),
     'train.beta_normalization': ('sentence', 'token'),
     'train.optimizer': ('adam', 'sgd'),
-    'train.dropout_rng': ('threefry4x32', 'philox2x32', 'threefry2x32'),
+    'train.dropout_rng': ('threefry2x32', 'philox2x32'),
     'train.plateau_metric': ('bleu', 'loss'),
     'decode.alignments': ('', 'pharaoh'),
     'decode.ensemble_average': ('log_probs', 'probs'),

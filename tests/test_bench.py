@@ -255,7 +255,7 @@ def test_bench_train_compare_alternates_and_pairs_repetitions(tmp_path):
       'train',
       '--config=configs/global_general.py:tiny',
       '--compare=configs/global_general.py:tiny',
-      '--compare.train.dropout_rng=threefry2x32',
+      '--config.train.dropout_rng=philox2x32',
       '--steps=2',
       '--repeats=2',
       f'--json={path}',

@@ -104,6 +104,10 @@ def nmt_on_devices(devices, *args):
             '--config.parallel.mesh_shape=(4,)',
             'parallel.mesh_shape=(4,) does not match the 8 devices',
         ),
+        (
+            '--config.train.dropout_rng=philox2x32',
+            'philox2x32 does not compile in a step sharded over 8 devices',
+        ),
     ],
 )
 def test_device_mistakes_are_one_line_errors(tmp_path, override, message):

@@ -129,8 +129,8 @@ LEVERS = (
     (
         'lever_dropout_rng.json',
         (
-            'dropout masks from `threefry4x32` (`train.dropout_rng`, the'
-            " default) vs JAX's default `threefry2x32`"
+            'dropout masks from Philox (`train.dropout_rng=philox2x32`) vs'
+            ' threefry2x32, the default'
         ),
     ),
     (
