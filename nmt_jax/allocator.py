@@ -73,6 +73,4 @@ def preloaded() -> str:
 
 def describe() -> str:
   """The malloc in use: 'tcmalloc', 'jemalloc', 'glibc (kept)' or 'system'."""
-  if preloaded():
-    return preloaded()
-  return 'glibc (kept)' if _kept else 'system'
+  return preloaded() or ('glibc (kept)' if _kept else 'system')

@@ -86,18 +86,20 @@ def _bench_runs(out: str, pattern: str):
   return {r: _load(p)['this'] for r, p in _runs(out, pattern).items()}
 
 
+def _peer_train_runs(out: str, pattern: str):
+  """{repeat: OpenNMT-py's training figures} of the files matching pattern."""
+  return {r: peer.train_figures([p]) for r, p in _runs(out, pattern).items()}
+
+
 def training_rows(out: str, threads: int, first: str = 'cpu') -> List[str]:
   rows = []
   for length in (50, 100, 200):
     ours = _bench_runs(out, f'train_L{length}_t{threads}_r{{r}}.json')
     if not ours:
       continue
-    theirs = {
-        r: peer.train_figures([p])
-        for r, p in _runs(
-            out, f'peer_train_L{length}_t{threads}_r{{r}}.json'
-        ).items()
-    }
+    theirs = _peer_train_runs(
+        out, f'peer_train_L{length}_t{threads}_r{{r}}.json'
+    )
     pad = statistics.median(x['padding_fraction'] for x in ours.values())
     compile_s = statistics.median(x['compile_s'] for x in ours.values())
     notes = (
@@ -231,13 +233,8 @@ def process_lever_rows(out: str) -> List[str]:
   """Speedups of the levers set per process, per pair of processes."""
   rows = []
   for on_pattern, off_pattern, what, whose in text.PROCESS_LEVERS:
-    if whose == 'peer':
-      read = lambda pattern: {
-          r: peer.train_figures([p]) for r, p in _runs(out, pattern).items()
-      }
-    else:
-      read = lambda pattern: _bench_runs(out, pattern)
-    on, off = read(on_pattern), read(off_pattern)
+    read = _peer_train_runs if whose == 'peer' else _bench_runs
+    on, off = read(out, on_pattern), read(out, off_pattern)
     if not on or not off:
       rows.append(f'| {what} | not measured | |')
       continue
