@@ -58,6 +58,8 @@ def test_bench_train_json(tmp_path):
   out = bench(
       'train',
       '--config=configs/global_general.py:tiny',
+      # Greedy validation and evaluation share one compiled search.
+      '--config.decode.beam_size=1',
       '--steps=2',
       '--repeats=1',
       '--threads=1',
@@ -339,6 +341,8 @@ def test_bench_startup_warm_runs_compile_nothing_new(tmp_path):
       'nmt_jax.bench',
       'startup',
       '--config=configs/global_general.py:tiny',
+      # Greedy validation and evaluation share one compiled search.
+      '--config.decode.beam_size=1',
       '--steps=2',
       '--repeats=1',
       f'--startup_dir={keep}',

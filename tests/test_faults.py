@@ -285,7 +285,7 @@ def test_decoding_fields_may_change_for_evaluation(tmp_path):
 # checkpoint_every 1: the signal lands during a save. Saving every step makes
 # a step ~5x slower, so that run is shorter and still stopped well before
 # its end.
-@pytest.mark.parametrize('checkpoint_every,num_steps', [(1000, 300), (1, 80)])
+@pytest.mark.parametrize('checkpoint_every,num_steps', [(1000, 300), (1, 40)])
 def test_sigterm_saves_a_checkpoint_and_resumes_exactly(
     tmp_path, checkpoint_every, num_steps
 ):

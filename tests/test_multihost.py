@@ -159,14 +159,15 @@ def test_sigterm_stops_both_processes_at_the_same_step(tmp_path):
   args = [
       f'--config={CONFIG}',
       *QUICK,
-      '--config.train.num_steps=600',
       '--config.train.checkpoint_every=10000',
       '--config.train.eval_every=10000',
       '--config.train.log_every=10',
       f'--workdir={workdir}',
   ]
   port = free_port()
-  processes = [start(0, port, *args), start(1, port, *args)]
+  # 600 steps: still running when the signal comes.
+  long_run = [*args, '--config.train.num_steps=600']
+  processes = [start(0, port, *long_run), start(1, port, *long_run)]
   try:
     metrics = workdir / 'metrics.jsonl'
     wait_until(
@@ -186,5 +187,8 @@ def test_sigterm_stops_both_processes_at_the_same_step(tmp_path):
   assert lasts[0] == lasts[1]  # the same step
   step = lasts[0].split('after step ')[1].split(',')[0]
   assert os.listdir(workdir / 'checkpoints') == [step]
-  run_two_processes(*args)  # resumes and finishes
-  assert '600' in os.listdir(workdir / 'checkpoints')
+  # Both resume from the saved step and go on to the end of a shorter run.
+  end = int(step) + 4
+  logs = run_two_processes(*args, f'--config.train.num_steps={end}')
+  assert all(f'resuming from step {step}' in log for log in logs)
+  assert str(end) in os.listdir(workdir / 'checkpoints')
