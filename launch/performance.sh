@@ -140,6 +140,8 @@ if part train; then
       bench train "$L" 1 "train_L${L}_t1_r$r" --repeats=3
     done
   done
+  # Where the step's time goes: the longest bucket's ops, traced.
+  bench ops 50 1 ops_L50 --steps=3
 fi
 if part decode; then
   for r in $(seq 1 "$REPEATS"); do

@@ -10,11 +10,15 @@
       --vocab_size=16000 --json=memory.json
   python -m nmt_jax.bench startup --config=configs/global_general.py:copy50 \
       --steps=20 --json=startup.json
+  python -m nmt_jax.bench ops --config=configs/global_general.py:copy50 \
+      --threads=1 --steps=4 --json=ops.json
 
 What each measures: nmt_jax/tools/bench.py (train, decode, train_memory) and
 nmt_jax/tools/bench_data.py (data), nmt_jax/tools/bench_startup.py (startup:
 seconds to the first training step and translation with an empty and with a
-filled compilation cache). --compare runs a second config in the same
+filled compilation cache), nmt_jax/tools/op_times.py (ops: where a
+training step's time goes, per loop and per op, from a profiler trace).
+--compare runs a second config in the same
 process, alternating repetitions, and adds `speedup` = other's time / this
 config's time for each figure. --peer='runs/*/bench.json' reads the OpenNMT-py
 benchmark scripts' JSON (nmt_jax/tools/peer.py) into `peer` and adds
@@ -45,6 +49,7 @@ from nmt_jax.tools import bench
 from nmt_jax.tools import bench_data
 from nmt_jax.tools import bench_startup
 from nmt_jax.tools import hlo
+from nmt_jax.tools import op_times
 from nmt_jax.tools import peer
 
 _CONFIG = config_flags.DEFINE_config_file(
@@ -67,7 +72,8 @@ _REPEATS = flags.DEFINE_integer(
 _STEPS = flags.DEFINE_integer(
     'steps',
     10,
-    'train: timed steps per repetition; startup: steps of each training run.',
+    'train: timed steps per repetition; startup: steps of each training run;'
+    ' ops: traced steps.',
 )
 _WORKDIR = flags.DEFINE_string(
     'workdir', None, "decode: use this workdir's best checkpoint."
@@ -111,6 +117,7 @@ _STARTUP_DIR = flags.DEFINE_string(
     'startup: keep the workdirs, caches and logs here (default: a temporary'
     ' directory, removed).',
 )
+_TOP = flags.DEFINE_integer('top', 20, 'ops: the costliest ops listed.')
 _TRAIN_STEPS = flags.DEFINE_integer(
     'train_steps', 10, 'data: timed training steps (0: skip).'
 )
@@ -145,6 +152,8 @@ def print_table(result: Dict[str, Any]):
             f'{k} {v:,.2f}' for k, v in value.items() if isinstance(v, float)
         )
         print(f'  {key:<10} {shown}')
+      elif key in ('loops', 'ops') and isinstance(value, list):
+        print('\n'.join('  ' + line for line in op_times.table(key, value)))
       elif key == 'loop_ops':
         print(f'  {key:<28} {hlo.largest(value, 4)} (ops/dots per iteration)')
       elif isinstance(value, float):
@@ -192,6 +201,8 @@ def run(command: str) -> Dict[str, Any]:
         _REPEATS.value,
         _STARTUP_DIR.value,
     )
+  elif command == 'ops':
+    result['this'] = op_times.bench_ops(config, _STEPS.value, _TOP.value)
   elif command == 'data':
     result['this'] = bench_data.bench_data(
         config,
@@ -261,9 +272,11 @@ def main(argv):
       'data',
       'train_memory',
       'startup',
+      'ops',
   ):
     raise app.UsageError(
-        'usage: python -m nmt_jax.bench train|decode|data|train_memory|startup'
+        'usage: python -m nmt_jax.bench'
+        ' train|decode|data|train_memory|startup|ops'
         ' --config=... [--json=PATH]'
     )
   std_logging.getLogger('absl').addFilter(writers.QuietLibraries())

@@ -34,7 +34,7 @@ _BODY = re.compile(r'body=%?([\w.\-]+)')
 _TRIP_COUNT = re.compile(r'"known_trip_count":\{"n":"(\d+)"')
 
 
-def _computations(hlo_text: str) -> Dict[str, List[Tuple[str, str]]]:
+def computations(hlo_text: str) -> Dict[str, List[Tuple[str, str]]]:
   """name -> (opcode, line) of each of its instructions, in order."""
   computations, current = {}, None
   for line in hlo_text.splitlines():
@@ -59,9 +59,9 @@ def loop_ops(hlo_text: str) -> List[Dict[str, int]]:
   are or contain a matrix product (a dot, or a fusion/custom call whose
   name or target says so). Loops are listed in the order they appear.
   """
-  computations = _computations(hlo_text)
+  bodies = computations(hlo_text)
   loops = []
-  for instructions in computations.values():
+  for instructions in bodies.values():
     for opcode, line in instructions:
       if opcode != 'while':
         continue
@@ -69,18 +69,24 @@ def loop_ops(hlo_text: str) -> List[Dict[str, int]]:
       trip = _TRIP_COUNT.search(line)
       ops = [
           (op, text)
-          for op, text in computations.get(body.group(1) if body else '', [])
+          for op, text in bodies.get(body.group(1) if body else '', [])
           if op not in FREE_OPS
       ]
       loops.append({
           'trip_count': int(trip.group(1)) if trip else 0,
           'ops': len(ops),
-          'dots': sum(_is_dot(op, text) for op, text in ops),
+          'dots': sum(is_dot(op, text) for op, text in ops),
       })
   return loops
 
 
-def _is_dot(opcode: str, line: str) -> bool:
+def instruction_name(line: str) -> str:
+  """The name an instruction's line defines ('%dot.3 = ...' -> 'dot.3')."""
+  return _NAME.match(line).group(1)
+
+
+def is_dot(opcode: str, line: str) -> bool:
+  """Whether the instruction is or wraps a matrix product."""
   if opcode in ('dot', 'convolution'):
     return True
   if opcode not in ('fusion', 'custom-call'):
@@ -88,7 +94,7 @@ def _is_dot(opcode: str, line: str) -> bool:
   # Matrix products wrapped by the backend (XLA:CPU's YNNPACK fusions, GPU
   # GEMM fusions, cuBLAS custom calls), told by the instruction's name and
   # call target.
-  name = _NAME.match(line).group(1)
+  name = instruction_name(line)
   target = _TARGET.search(line)
   label = name + ' ' + (target.group(1) if target else '')
   return bool(re.search(r'ynn_fusion|gemm|cublas|matmul|^dot', label))

@@ -3,7 +3,7 @@
   python -m nmt_jax.tools.performance OUT [OUT ...] [--output=docs/performance.md]
 
 Each OUT (one per machine: a CPU run, a GPU run) holds `bench` results (train_L50_t1_r1.json, decode_L50_t1_r1.json,
-lever_*.json, train_memory_chunk*.json) and the OpenNMT-py scripts' files
+lever_*.json, train_memory_chunk*.json, ops_L50.json) and the OpenNMT-py scripts' files
 (peer_train_L50_t1_r1.json, peer_decode_L50_b10_t1_r1.json). Ratios are
 taken per pair (repeat r of nmt_jax against repeat r of the peer, run one
 after the other on the same core), then summarised by their median and range.
@@ -22,6 +22,7 @@ from typing import Dict, List, Sequence
 
 from nmt_jax.tools import bench
 from nmt_jax.tools import hlo
+from nmt_jax.tools import op_times
 from nmt_jax.tools import peer
 from nmt_jax.tools import performance_text as text
 
@@ -401,6 +402,7 @@ def sections(out: str) -> List[str]:
   )
   parts.extend(lever_rows(out) + process_lever_rows(out))
   parts.extend(kind_sections(out, where))
+  parts.extend(op_times.page_section(out, where))
   parts.extend(startup_section(out))
   memory = memory_rows(out)
   if memory:

@@ -1,0 +1,283 @@
+"""Where a training step's time goes, op by op, from a profiler trace.
+
+`python -m nmt_jax.bench ops --config=...` compiles a config's training
+step, runs `--steps` steps of its longest length bucket under
+`jax.profiler` (a warm pass first) and sums the trace's events by compiled
+op. Each op is attributed through its HLO metadata to the loop it runs in
+(an encoder layer's recurrence, the decoder's step, their backward
+passes, or outside loops) and to the model operation it came from (a gate
+product, attention's scores, ...). On XLA:CPU the events are the
+executable's thunks; on a GPU, the device ops the profiler names after
+their HLO instructions.
+
+Tracing every op slows a CPU step (about x1.5 measured): the absolute
+milliseconds are the traced ones, so read the shares. The untraced step
+time of the same batches is reported beside them.
+"""
+
+import collections
+import glob
+import gzip
+import json
+import os
+import re
+import tempfile
+from typing import Any, Dict, List, Tuple
+
+import jax
+import numpy as np
+
+from nmt_jax import errors
+from nmt_jax import parallel
+from nmt_jax import timing
+from nmt_jax.tools import bench
+from nmt_jax.tools import hlo
+
+# Ops whose events enclose other ops' events (counted through those).
+_CONTAINERS = frozenset({'while', 'conditional', 'call'})
+_SOURCE = re.compile(r'op_name="([^"]*)"')
+_WRAPPER = re.compile(r'^(?:transpose|jvp|vmap|remat|checkpoint|jit)\((.*)\)$')
+
+
+def trace_events(run, directory: str) -> List[Tuple[str, float]]:
+  """Runs `run()` under jax.profiler -> its (event name, microseconds)."""
+  jax.profiler.start_trace(directory, create_perfetto_trace=True)
+  try:
+    run()
+  finally:
+    jax.profiler.stop_trace()
+  paths = glob.glob(
+      os.path.join(directory, '**', '*perfetto_trace.json.gz'), recursive=True
+  )
+  if not paths:
+    raise RuntimeError(f'jax.profiler wrote no Perfetto trace in {directory}')
+  with gzip.open(max(paths, key=os.path.getmtime)) as f:
+    trace = json.load(f)
+  events = trace['traceEvents'] if isinstance(trace, dict) else trace
+  return [(e['name'], e.get('dur', 0.0)) for e in events if e.get('ph') == 'X']
+
+
+def _unwrap(part: str) -> str:
+  """'transpose(jvp(decoder.loop))' -> 'decoder.loop'."""
+  while True:
+    match = _WRAPPER.match(part)
+    if not match:
+      return part
+    part = match.group(1)
+
+
+def attribute(source: str) -> Tuple[str, str]:
+  """An op's metadata op_name -> (where it runs, what it computes).
+
+  where: the innermost loop of the path, named by the three scopes before
+  its `while` ('encoder/layer_0/forward', 'decoder/decoder.features/
+  decoder.loop'), or 'outside loops'; ' backward' is appended in the
+  backward pass. what: the last three names of the path inside that loop
+  (e.g. 'attention/bgk,bkd->bgd/dot_general').
+  """
+  parts = source.split('/')
+  loop, inside = 'outside loops', 0
+  for i in range(1, len(parts) - 1):
+    if parts[i] == 'while' and parts[i + 1] in ('body', 'cond'):
+      scopes = []
+      for part in map(_unwrap, parts[:i]):
+        # Flax's lifted transforms add scopes of their own.
+        if part.endswith('shared_forward_fn'):
+          continue
+        if not scopes or scopes[-1] != part:
+          scopes.append(part)
+      loop, inside = '/'.join(scopes[-3:]), i + 2
+  backward = any(part.startswith('transpose(') for part in parts)
+  what = '/'.join(parts[max(inside, len(parts) - 3) :])
+  return loop + ' backward' * backward, what
+
+
+def instructions(hlo_text: str) -> Dict[str, Dict[str, Any]]:
+  """Every instruction of an optimized HLO module -> opcode, where, what, dot.
+
+  An instruction without metadata runs where most of its computation's
+  instructions run (a loop body's ops are that loop's).
+  """
+  found = {}
+  for ops in hlo.computations(hlo_text).values():
+    placed = {}
+    for opcode, line in ops:
+      source = _SOURCE.search(line)
+      placed[hlo.instruction_name(line)] = (
+          opcode,
+          attribute(source.group(1)) if source else None,
+          hlo.is_dot(opcode, line),
+      )
+    wheres = collections.Counter(p[1][0] for p in placed.values() if p[1])
+    default = wheres.most_common(1)[0][0] if wheres else 'outside loops'
+    for name, (opcode, attributed, dot) in placed.items():
+      where, what = attributed or (default, '')
+      found[name] = {'opcode': opcode, 'where': where, 'what': what, 'dot': dot}
+  return found
+
+
+def breakdown(
+    events: List[Tuple[str, float]], hlo_text: str, steps: int, top: int = 20
+) -> Dict[str, Any]:
+  """Per-step milliseconds by loop and by op of traced `steps` steps.
+
+  Only events named after an instruction of `hlo_text` count (not the
+  Python frames or the runtime's own spans), and not the loops that
+  enclose other ops.
+  """
+  known = instructions(hlo_text)
+  per_op = collections.defaultdict(lambda: [0.0, 0])
+  for name, micros in events:
+    op = known.get(name)
+    if op is None or op['opcode'] in _CONTAINERS:
+      continue
+    per_op[name][0] += micros
+    per_op[name][1] += 1
+  total = sum(micros for micros, _ in per_op.values())
+  if not total:
+    raise RuntimeError(
+        'no trace event matched an op of the compiled step: this platform'
+        "'s profiler names its events otherwise"
+    )
+  loops = collections.defaultdict(lambda: [0.0, 0.0, set()])
+  ops = []
+  for name, (micros, calls) in per_op.items():
+    where, what = known[name]['where'], known[name]['what']
+    loops[where][0] += micros
+    loops[where][1] += micros * known[name]['dot']
+    loops[where][2].add(name)
+    ops.append({
+        'op': name,
+        'where': where,
+        'what': what,
+        'matrix_product': known[name]['dot'],
+        'ms_per_step': micros / 1e3 / steps,
+        'calls_per_step': calls / steps,
+        'share': micros / total,
+    })
+  ops.sort(key=lambda op: -op['share'])
+  return {
+      'traced_ms_per_step': total / 1e3 / steps,
+      'loops': sorted(
+          (
+              {
+                  'where': where,
+                  'ms_per_step': micros / 1e3 / steps,
+                  'share': micros / total,
+                  'matrix_product_share': dots / micros,
+                  'ops': len(names),
+              }
+              for where, (micros, dots, names) in loops.items()
+          ),
+          key=lambda loop: -loop['share'],
+      ),
+      'ops': ops[:top],
+  }
+
+
+def longest_bucket_batches(one: 'bench.TrainBench', count: int):
+  """The first `count` batches of the training stream in its longest bucket."""
+  longest = max(one.batches.boundaries)
+  found = []
+  for step in range(200 * count):
+    batch = one.batches.batch(step)
+    if batch['target_out'].shape[1] == longest:
+      found.append(batch)
+      if len(found) == count:
+        return found
+  raise errors.ConfigError(
+      f'no {count} batches of the longest bucket ({longest} tokens) in the '
+      f'first {200 * count} of the training stream; give fewer --steps'
+  )
+
+
+def bench_ops(config, num_steps: int, top: int = 20) -> Dict[str, Any]:
+  """Traced training steps of `config`'s longest bucket, op by op."""
+  one = bench.TrainBench(config, num_steps)
+  host = longest_bucket_batches(one, num_steps)
+  device = [parallel.shard_batch(b, one.setup.mesh) for b in host]
+
+  def steps_pass():
+    for batch in device:
+      one.state, metrics = one.step(one.state, batch)
+    jax.block_until_ready(metrics)
+
+  steps_pass()  # warm: this bucket's first run
+  _, seconds = timing.timed(steps_pass)
+  with tempfile.TemporaryDirectory(prefix='nmt_jax_ops_') as directory:
+    events = trace_events(steps_pass, directory)
+  executable = one.step.executables[timing.shape_key((one.state, device[0]))]
+  result = breakdown(events, executable.as_text(), num_steps, top)
+  result.update({
+      'step_ms': 1000 * seconds / num_steps,
+      'source_length': host[0]['source'].shape[1],
+      'target_length': host[0]['target_out'].shape[1],
+      'padding_fraction': float(
+          np.mean([np.mean(b['target_out'] == 0) for b in host])
+      ),
+  })
+  return result
+
+
+def table(key: str, entries: List[Dict[str, Any]]) -> List[str]:
+  """Printed lines of a breakdown's 'loops' or 'ops' list."""
+  if key == 'loops':
+    lines = [f'{"loop":<34} {"ms/step":>9} {"share":>6} {"GEMM":>5} ops']
+    lines += [
+        f'{e["where"]:<34} {e["ms_per_step"]:9.1f} {e["share"]:6.1%} '
+        f'{e["matrix_product_share"]:5.0%} {e["ops"]}'
+        for e in entries
+    ]
+    return lines
+  lines = [f'{"op":<30} {"ms/step":>9} {"share":>6} {"calls":>6}  where: what']
+  lines += [
+      f'{e["op"][:30]:<30} {e["ms_per_step"]:9.1f} {e["share"]:6.1%} '
+      f'{e["calls_per_step"]:6.0f}  {e["where"]}: {e["what"]}'
+      for e in entries
+  ]
+  return lines
+
+
+PAGE_FILE = 'ops_L50.json'  # launch/performance.sh's `bench ops` run
+
+
+def page_section(out: str, where: str, top: int = 12) -> List[str]:
+  """docs/performance.md's section on the traced step in `out`, if any."""
+  path = os.path.join(out, PAGE_FILE)
+  if not os.path.exists(path):
+    return []
+  with open(path) as f:
+    this = json.load(f)['this']
+  products = sum(
+      loop['share'] * loop['matrix_product_share'] for loop in this['loops']
+  )
+  lines = [
+      f"\n## Where a training step's time goes ({where}, L = 50)\n\n"
+      '`python -m nmt_jax.bench ops` (nmt_jax/tools/op_times.py): training '
+      'steps of the longest length bucket (source and target '
+      f"{this['source_length']} tokens, {this['padding_fraction']:.1%} of "
+      'the target positions padding) under jax.profiler, each compiled '
+      "op's time put to the loop it runs in by its HLO metadata. "
+      f"A step took {this['step_ms']:,.0f} ms untraced and "
+      f"{this['traced_ms_per_step']:,.0f} ms of op time traced; "
+      f'{products:.0%} of that in matrix products.\n\n'
+      '| where | ms per step | share | of it in matrix products | ops |\n'
+      '|---|---:|---:|---:|---:|'
+  ]
+  lines += [
+      f"| {e['where']} | {e['ms_per_step']:,.1f} | {e['share']:.1%} "
+      f"| {e['matrix_product_share']:.0%} | {e['ops']} |"
+      for e in this['loops']
+  ]
+  lines.append(
+      f'\nThe {top} costliest ops:\n\n'
+      '| op | where | what | ms per step | calls per step | share |\n'
+      '|---|---|---|---:|---:|---:|'
+  )
+  lines += [
+      f"| {e['op']} | {e['where']} | {e['what'] or '(no metadata)'} "
+      f"| {e['ms_per_step']:,.1f} | {e['calls_per_step']:,.0f} "
+      f"| {e['share']:.1%} |"
+      for e in this['ops'][:top]
+  ]
+  return lines

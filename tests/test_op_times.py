@@ -1,0 +1,103 @@
+"""nmt_jax.tools.op_times: a training step's traced time by loop and by op."""
+
+import json
+
+import pytest
+
+from nmt_jax.tools import op_times
+from tests import conftest
+
+HLO = """HloModule m
+
+%body (p: (s32[], f32[4])) -> (s32[], f32[4]) {
+  %p = (s32[], f32[4]{0}) parameter(0)
+  %x = f32[4]{0} get-tuple-element(%p), index=1
+  %ynn_fusion.1 = f32[4]{0} fusion(%x), kind=kCustom, calls=%f, metadata={op_name="jit(step)/transpose(jvp(M.apply))/M/decoder/transpose(jvp(decoder.loop))/decoder.loop/while/body/closed_call/decoder.step/cell/dot_general"}
+  %copy.3 = f32[4]{0} copy(%ynn_fusion.1)
+  ROOT %t = (s32[], f32[4]{0}) tuple(%x, %copy.3)
+}
+
+ENTRY %main (a: f32[4]) -> f32[4] {
+  %a = f32[4]{0} parameter(0)
+  %tanh_fusion = f32[4]{0} fusion(%a), kind=kLoop, calls=%g, metadata={op_name="jit(step)/jvp(M.apply)/M/encoder/tanh"}
+  %w = (s32[], f32[4]{0}) while(%init), condition=%cond, body=%body
+  ROOT %r = f32[4]{0} get-tuple-element(%w), index=1
+}
+"""
+
+
+def test_attribute_names_the_innermost_loop_and_the_pass():
+  where, what = op_times.attribute(
+      'jit(train_step)/transpose(jvp(Seq2Seq.apply))/Seq2Seq/Seq2Seq.encode/'
+      'encoder/layer_0/forward/while/body/mul'
+  )
+  assert (where, what) == ('encoder/layer_0/forward backward', 'mul')
+  assert op_times.attribute('jit(step)/jvp(M.apply)/M/embed/gather') == (
+      'outside loops',
+      'M/embed/gather',
+  )
+
+
+def test_breakdown_sums_op_events_and_skips_loops_and_other_spans():
+  # Two steps: the loop ran 3 iterations per step; the `while` span and
+  # Python's frames enclose the ops and must not count twice.
+  events = [('w', 500.0), ('$train.py:10 step', 900.0)] * 2
+  events += [('ynn_fusion.1', 40.0), ('copy.3', 10.0)] * 6
+  events += [('tanh_fusion', 100.0)] * 2
+  result = op_times.breakdown(events, HLO, steps=2)
+  assert result['traced_ms_per_step'] == pytest.approx(0.25)
+  loops = {loop['where']: loop for loop in result['loops']}
+  assert set(loops) == {'M/decoder/decoder.loop backward', 'outside loops'}
+  backward = loops['M/decoder/decoder.loop backward']
+  assert backward['ms_per_step'] == pytest.approx(0.15)
+  assert backward['share'] == pytest.approx(0.6)
+  # The copy has no metadata: it runs where its loop body's ops run.
+  assert backward['matrix_product_share'] == pytest.approx(0.8)
+  assert backward['ops'] == 2
+  ops = {op['op']: op for op in result['ops']}
+  assert ops['ynn_fusion.1']['calls_per_step'] == 3
+  assert ops['ynn_fusion.1']['what'] == 'decoder.step/cell/dot_general'
+  assert ops['copy.3']['where'] == 'M/decoder/decoder.loop backward'
+  assert not ops['tanh_fusion']['matrix_product']
+  assert sum(op['share'] for op in result['ops']) == pytest.approx(1.0)
+
+
+def test_breakdown_says_when_no_event_is_an_op():
+  with pytest.raises(RuntimeError, match='no trace event matched'):
+    op_times.breakdown([('$main.py:1', 5.0)], HLO, steps=1)
+
+
+@pytest.mark.slow
+def test_bench_ops_runs_each_decoder_op_once_per_target_position(tmp_path):
+  out = tmp_path / 'ops.json'
+  printed = conftest.run_module(
+      'nmt_jax.bench',
+      'ops',
+      '--config=configs/global_general.py:tiny',
+      '--config.model.num_decoder_layers=2',
+      '--steps=2',
+      '--top=1000',
+      f'--json={out}',
+  ).stdout
+  assert 'ms/step' in printed and 'where: what' in printed
+  result = json.loads(out.read_text())['this']
+  assert len(result['ops']) > 100  # all of them
+  assert result['step_ms'] > 0 and result['traced_ms_per_step'] > 0
+  assert sum(loop['share'] for loop in result['loops']) == pytest.approx(1.0)
+  wheres = {loop['where'] for loop in result['loops']}
+  forward = [w for w in wheres if 'decoder.loop' in w and 'backward' not in w]
+  backward = [w for w in wheres if 'decoder.loop' in w and 'backward' in w]
+  assert len(forward) == 1 and len(backward) == 1, wheres
+  # The decoder's loops step once per target position of the bucket: every
+  # op in them ran target_length times per training step.
+  in_loops = [op for op in result['ops'] if op['where'] in forward + backward]
+  assert in_loops and all(
+      op['calls_per_step'] == result['target_length'] for op in in_loops
+  )
+  # The two stacked layers' gate products: matrix products in the loop.
+  cells = [
+      op
+      for op in in_loops
+      if op['where'] == forward[0] and op['what'].endswith('cell/dot_general')
+  ]
+  assert len(cells) >= 2 and all(op['matrix_product'] for op in cells)
