@@ -10,9 +10,9 @@ product, attention's scores, ...). On XLA:CPU the events are the
 executable's thunks; on a GPU, the device ops the profiler names after
 their HLO instructions.
 
-Tracing every op slows a CPU step (about x1.5 measured): the absolute
-milliseconds are the traced ones, so read the shares. The untraced step
-time of the same batches is reported beside them.
+The milliseconds are the traced ops' own (tracing adds work between ops,
+and the gaps between ops are not counted): read the shares, next to the
+untraced time of the same steps, which is reported beside them.
 """
 
 import collections
