@@ -67,6 +67,20 @@ def test_breakdown_says_when_no_event_is_an_op():
     op_times.breakdown([('$main.py:1', 5.0)], HLO, steps=1)
 
 
+def test_bench_ops_needs_a_step():
+  result = conftest.run_module(
+      'nmt_jax.bench',
+      'ops',
+      '--config=configs/global_general.py:tiny',
+      '--steps=0',
+      check=False,
+  )
+  assert result.returncode == 2
+  assert result.stderr.strip().splitlines()[-1] == (
+      'error: --steps=0: give at least 1 step'
+  )
+
+
 @pytest.mark.slow
 def test_bench_ops_runs_each_decoder_op_once_per_target_position(tmp_path):
   out = tmp_path / 'ops.json'

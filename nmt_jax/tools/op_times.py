@@ -193,6 +193,8 @@ def longest_bucket_batches(one: 'bench.TrainBench', count: int):
 
 def bench_ops(config, num_steps: int, top: int = 20) -> Dict[str, Any]:
   """Traced training steps of `config`'s longest bucket, op by op."""
+  if num_steps < 1:
+    raise errors.ConfigError(f'--steps={num_steps}: give at least 1 step')
   one = bench.TrainBench(config, num_steps)
   host = longest_bucket_batches(one, num_steps)
   device = [parallel.shard_batch(b, one.setup.mesh) for b in host]
