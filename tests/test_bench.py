@@ -58,8 +58,6 @@ def test_bench_train_json(tmp_path):
   out = bench(
       'train',
       '--config=configs/global_general.py:tiny',
-      # Greedy validation and evaluation share one compiled search.
-      '--config.decode.beam_size=1',
       '--steps=2',
       '--repeats=1',
       '--threads=1',

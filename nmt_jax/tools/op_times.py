@@ -32,6 +32,7 @@ from nmt_jax import parallel
 from nmt_jax import timing
 from nmt_jax.tools import bench
 from nmt_jax.tools import hlo
+from nmt_jax.vocab import PAD
 
 # Ops whose events enclose other ops' events (counted through those).
 _CONTAINERS = frozenset({'while', 'conditional', 'call'})
@@ -41,11 +42,8 @@ _WRAPPER = re.compile(r'^(?:transpose|jvp|vmap|remat|checkpoint|jit)\((.*)\)$')
 
 def trace_events(run, directory: str) -> List[Tuple[str, float]]:
   """Runs `run()` under jax.profiler -> its (event name, microseconds)."""
-  jax.profiler.start_trace(directory, create_perfetto_trace=True)
-  try:
+  with jax.profiler.trace(directory, create_perfetto_trace=True):
     run()
-  finally:
-    jax.profiler.stop_trace()
   paths = glob.glob(
       os.path.join(directory, '**', '*perfetto_trace.json.gz'), recursive=True
   )
@@ -215,7 +213,7 @@ def bench_ops(config, num_steps: int, top: int = 20) -> Dict[str, Any]:
       'source_length': host[0]['source'].shape[1],
       'target_length': host[0]['target_out'].shape[1],
       'padding_fraction': float(
-          np.mean([np.mean(b['target_out'] == 0) for b in host])
+          np.mean([np.mean(b['target_out'] == PAD) for b in host])
       ),
   })
   return result

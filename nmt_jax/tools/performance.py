@@ -2,8 +2,9 @@
 
   python -m nmt_jax.tools.performance OUT [OUT ...] [--output=docs/performance.md]
 
-Each OUT (one per machine: a CPU run, a GPU run) holds `bench` results (train_L50_t1_r1.json, decode_L50_t1_r1.json,
-lever_*.json, train_memory_chunk*.json, ops_L50.json) and the OpenNMT-py scripts' files
+Each OUT (one per machine: a CPU run, a GPU run) holds `bench` results
+(train_L50_t1_r1.json, decode_L50_t1_r1.json, lever_*.json,
+train_memory_chunk*.json, ops_L50.json) and the OpenNMT-py scripts' files
 (peer_train_L50_t1_r1.json, peer_decode_L50_b10_t1_r1.json). Ratios are
 taken per pair (repeat r of nmt_jax against repeat r of the peer, run one
 after the other on the same core), then summarised by their median and range.
