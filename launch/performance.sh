@@ -150,6 +150,8 @@ if part decode; then
       bench decode "$L" 1 "decode_L${L}_t1_r$r" "${DECODE[@]}"
     done
   done
+  # Where greedy decoding's time goes at the longer length.
+  bench ops 100 1 ops_greedy_L100 --trace=greedy --steps=3 --config.decode.batch_size=64
 fi
 # 2. All cores.
 ALL=$(nproc)
@@ -196,6 +198,13 @@ if part levers; then
   bench train 50 1 lever_scan_unroll2 --repeats=3 "${OTHER[@]}" --config.model.scan_unroll=2
   bench decode 50 1 lever_decode_unroll4 "${DECODE[@]}" "${OTHER[@]}" \
     --config.decode.unroll=4 --compare.decode.beam_size=10 --compare.decode.batch_size=64
+  # The query-side general score where the keys no longer fit in cache.
+  bench decode 100 1 lever_project_query_L100 "${DECODE[@]}" \
+    --compare=configs/global_general.py:copy100 --compare.model.bidirectional=all \
+    --compare.model.bridge=copy --compare.model.project_query=false \
+    --compare.decode.beam_size=10 --compare.decode.batch_size=64
+  bench train 50 1 lever_project_query_train --repeats=3 "${OTHER[@]}" \
+    --compare.model.project_query=false
   # Attention's cost at long sources, against global general attention:
   # memory K = 64 at L = 200, flexible at Shu & Nakayama's tau = 1.2, L = 150.
   kinds kinds_L200 configs/memory_k64.py:copy200 200

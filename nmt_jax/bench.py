@@ -12,12 +12,15 @@
       --steps=20 --json=startup.json
   python -m nmt_jax.bench ops --config=configs/global_general.py:copy50 \
       --threads=1 --steps=4 --json=ops.json
+  python -m nmt_jax.bench ops --config=configs/global_general.py:copy100 \
+      --trace=greedy --threads=1 --steps=3 --json=ops_greedy.json
 
 What each measures: nmt_jax/tools/bench.py (train, decode, train_memory) and
 nmt_jax/tools/bench_data.py (data), nmt_jax/tools/bench_startup.py (startup:
 seconds to the first training step and translation with an empty and with a
 filled compilation cache), nmt_jax/tools/op_times.py (ops: where a
-training step's time goes, per loop and per op, from a profiler trace).
+training step's or a decoding call's time goes, per loop and per op, from a
+profiler trace).
 --compare runs a second config in the same
 process, alternating repetitions, and adds `speedup` = other's time / this
 config's time for each figure. --peer='runs/*/bench.json' reads the OpenNMT-py
@@ -118,6 +121,13 @@ _STARTUP_DIR = flags.DEFINE_string(
     ' directory, removed).',
 )
 _TOP = flags.DEFINE_integer('top', 20, 'ops: the costliest ops listed.')
+_TRACE = flags.DEFINE_enum(
+    'trace',
+    'train',
+    ['train', 'greedy', 'beam'],
+    "ops: trace training steps or decoding calls (the evaluation split's"
+    ' longest batch; --steps calls).',
+)
 _TRAIN_STEPS = flags.DEFINE_integer(
     'train_steps', 10, 'data: timed training steps (0: skip).'
 )
@@ -202,7 +212,12 @@ def run(command: str) -> Dict[str, Any]:
         _STARTUP_DIR.value,
     )
   elif command == 'ops':
-    result['this'] = op_times.bench_ops(config, _STEPS.value, _TOP.value)
+    if _TRACE.value == 'train':
+      result['this'] = op_times.bench_ops(config, _STEPS.value, _TOP.value)
+    else:
+      result['this'] = op_times.bench_decode_ops(
+          config, _TRACE.value, _STEPS.value, _TOP.value
+      )
   elif command == 'data':
     result['this'] = bench_data.bench_data(
         config,

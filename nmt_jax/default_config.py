@@ -111,27 +111,25 @@ def get_config(arg=None):
   # Compute dtype: 'float32' or 'bfloat16' (mixed precision: parameters and
   # optimizer state stay float32, the softmaxes and the loss run in float32).
   config.model.dtype = 'float32'
+  # Speed switches, not part of the model's identity (docs/performance.md):
   # Weight gradients of the LSTM kernels and W_c as a plain GEMM on an
-  # explicitly transposed input (XLA:CPU's fast path; same values; a CPU
-  # training step x1.09 or x0.96 on two VMs, docs/performance.md). A speed
-  # switch, not part of the model's identity.
+  # explicitly transposed input (XLA:CPU's fast path; same values).
   config.model.explicit_weight_grads = True
   # The decoder's per-step kernel gradients (LSTM stack, W_c) as one GEMM
   # after its backward loop instead of one per step (nmt_jax/hoisting.py).
-  # A speed switch, not part of the model's identity.
   config.model.hoist_weight_grads = True
+  # General attention with one query per sentence (training, greedy search)
+  # scores (W_a^T h_t)^T hbar_s: each step reads the encoder states only,
+  # not the keys W_a hbar_s as well (nmt_jax/attention/content.py).
+  config.model.project_query = True
   # The first LSTM layers' input gates E x W_x + b (the encoder's; the
   # decoder's in teacher-forced passes) as rows of a per-word table [V, 4H]
   # computed once per batch instead of a GEMM over every position. 'auto':
   # when the vocabulary has fewer words than the batch has positions, never
-  # with dropout in training (it drops embeddings before W_x). Copy task (24
-  # words), one CPU core: greedy x1.18, beam x1.09, training without dropout
-  # x1.15 (docs/performance.md). A speed switch, not the model's identity.
+  # with dropout in training (it drops embeddings before W_x).
   config.model.gate_table = 'auto'
-  # Time steps per iteration of the training loops (the encoder LSTMs'
-  # forward and backward scans, the decoder's scan): the same values with
-  # fewer loop iterations, for accelerators where each iteration has a fixed
-  # cost. A speed switch, not part of the model's identity.
+  # Time steps per iteration of the training loops (the encoder LSTMs' and
+  # the decoder's scans): fewer iterations, each with a fixed cost.
   config.model.scan_unroll = 1
   # Luong input feeding: htilde_{t-1} is concatenated to the decoder input.
   config.model.input_feeding = True

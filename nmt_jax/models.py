@@ -104,7 +104,9 @@ class Decoder(nn.Module):
         cfg.forget_bias,
         cfg.explicit_weight_grads,
     )
-    self.attention = attention_lib.make(cfg.attention, h_size)
+    self.attention = attention_lib.make(
+        cfg.attention, h_size, cfg.project_query
+    )
     readout_size = cfg.readout_size or h_size
     if cfg.readout == 'bahdanau_maxout':
       # Two pre-activations per unit, max-pooled.
@@ -343,12 +345,11 @@ class Decoder(nn.Module):
     return (htildes, diagnostics), records
 
   def dropout_masks(self, length, batch, train):
-    """Keep masks [T, B, width] of the dropout inside the loop, or None.
+    """Keep masks [T, B, width] of the dropout inside the loop, or None
+    (outside training or without dropout).
 
     Between the LSTM layers ('layer_1', ...) and on htilde ('htilde'), drawn
-    at once before the loop (as nn.Dropout would per step): random bits
-    inside the loop would add a chain of small RNG kernels to every step.
-    None outside training or without dropout.
+    before the loop: random bits inside it would add RNG kernels per step.
     """
     cfg = self.config
     if not train or not cfg.dropout:
@@ -384,8 +385,7 @@ class Decoder(nn.Module):
   def decode_step(self, state, cache, tokens, with_weights=False, table=None):
     """tokens [B] int -> state, logits [B, V], diagnostics.
 
-    With `table` (from `token_table()`), the step looks its token features
-    up instead of computing them: a gather per step instead of GEMMs.
+    With `table` (from `token_table()`) a gather replaces the step's GEMMs.
     """
     emb = self.embed(tokens)
     if table is None:

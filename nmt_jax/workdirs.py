@@ -67,9 +67,9 @@ def identity_fields(config) -> Dict[str, Any]:
 
   Every model.* field (the attention kind's own fields only, without those
   that only steer decoding) except dropout and the speed switches (compute
-  dtype, explicit_weight_grads, hoist_weight_grads, scan_unroll: a float32
-  run can be evaluated in bfloat16 and back), and the data fields that define
-  the vocabularies. Flattened, JSON values.
+  dtype, explicit_weight_grads, hoist_weight_grads, project_query,
+  scan_unroll: a float32 run can be evaluated in bfloat16 and back), and the
+  data fields that define the vocabularies. Flattened, JSON values.
   """
   flat = _flatten(json.loads(config.to_json_best_effort()))
   kind = attention.get(config.model.attention.kind)
@@ -95,6 +95,7 @@ def identity_fields(config) -> Dict[str, Any]:
           'model.dtype',
           'model.explicit_weight_grads',
           'model.hoist_weight_grads',
+          'model.project_query',
           'model.scan_unroll',
       )
     return key in data_fields or key.startswith('data.vocab.')

@@ -1,11 +1,15 @@
 """Each global score against a NumPy transcription of its equation; masking."""
 
+import functools
+
 import jax
 import jax.numpy as jnp
 import numpy as np
+import optax
 import pytest
 
 from nmt_jax import attention
+from nmt_jax import decode
 from nmt_jax import errors
 from nmt_jax.attention import content
 from nmt_jax.attention import global_
@@ -40,16 +44,24 @@ def _np_scores(score, p, memory, query):
   return logits[:, : memory.shape[1]]  # softmax(W_a h_t) over the first |S|
 
 
+@pytest.mark.parametrize('project_query', [True, False])
+@pytest.mark.parametrize('queries_per_sentence', [1, 3])
 @pytest.mark.parametrize('score', content.SCORES)
-def test_global_attention_matches_numpy(score):
+def test_global_attention_matches_numpy(
+    score, queries_per_sentence, project_query
+):
+  # One query per sentence (training, greedy search) or several (a beam's
+  # hypotheses sharing their sentence's cache row); the general score's
+  # query-side form (project_query) takes the first.
   rng = np.random.default_rng(0)
   batch, src, dim = 3, 5, 4
   memory = rng.normal(size=(batch, src, dim)).astype(np.float32)
-  query = rng.normal(size=(batch, dim)).astype(np.float32)
+  query = rng.normal(size=(batch * queries_per_sentence, dim))
+  query = query.astype(np.float32)
   lengths = np.array([5, 2, 1])
   config = helpers.tiny_config('global', score).model.attention
   config.max_source_length = 7
-  module = global_.GlobalAttention(config, dim)
+  module = global_.GlobalAttention(config, dim, project_query)
 
   def run(mdl, memory, lengths, query):
     cache = mdl.prepare(memory, lengths)
@@ -59,6 +71,9 @@ def test_global_attention_matches_numpy(score):
   context, _, diagnostics = module.apply(
       params, memory, lengths, query, method=run
   )
+  # Each query row against its sentence's memory.
+  memory = np.repeat(memory, queries_per_sentence, 0)
+  lengths = np.repeat(lengths, queries_per_sentence)
   mask = np.arange(src)[None, :] < lengths[:, None]
   weights = _np_softmax(
       _np_scores(score, params.get('params', {}).get('scorer'), memory, query),
@@ -71,6 +86,51 @@ def test_global_attention_matches_numpy(score):
       context, np.einsum('bs,bsd->bd', weights, memory), rtol=1e-5, atol=1e-6
   )
   np.testing.assert_array_equal(diagnostics['window'], lengths)
+
+
+def _loss_and_grads(project_query):
+  config = helpers.tiny_config(
+      'global', 'general', dropout=0.0, project_query=project_query
+  )
+  net = helpers.make_model(config)
+  params = helpers.init_params(net, seed=2)
+  source, target_in, target_out = helpers.random_batch(
+      np.random.default_rng(1), 3, 7, 6
+  )
+
+  def loss(p):
+    logits, _ = net.apply({'params': p}, source, target_in)
+    per_token = optax.softmax_cross_entropy_with_integer_labels(
+        logits, target_out
+    )
+    return jnp.sum(per_token * (target_out != 0))
+
+  return jax.jit(jax.value_and_grad(loss))(params)
+
+
+def test_query_side_general_score_gives_the_same_loss_and_gradients():
+  (loss_a, grads_a), (loss_b, grads_b) = map(_loss_and_grads, (True, False))
+  np.testing.assert_allclose(loss_a, loss_b, rtol=1e-6)
+  flat_b = jax.tree_util.tree_leaves(grads_b)
+  for (path, x), y in zip(jax.tree_util.tree_leaves_with_path(grads_a), flat_b):
+    np.testing.assert_allclose(
+        x, y, rtol=1e-5, atol=1e-6, err_msg=jax.tree_util.keystr(path)
+    )
+
+
+@pytest.mark.parametrize('project_query', [True, False])
+def test_greedy_search_reads_no_keys_with_the_query_side_score(project_query):
+  config = helpers.tiny_config('global', 'general', project_query=project_query)
+  net = helpers.make_model(config)
+  params = helpers.init_params(net)
+  source = np.full((2, 6), 5, np.int32)
+  greedy = jax.jit(
+      functools.partial(decode.greedy_search, net, ratio=1.0, offset=2)
+  )
+  compiled = greedy.lower(params, source).compile().as_text()
+  # The keys W_a hbar_s are computed once per sentence only where a step
+  # reads them: with the query-side score XLA drops them.
+  assert ('key_proj/dot_general' in compiled) != project_query
 
 
 def test_masked_softmax_zero_on_padding_and_empty_rows():

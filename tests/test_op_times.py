@@ -1,4 +1,4 @@
-"""nmt_jax.tools.op_times: a training step's traced time by loop and by op."""
+"""nmt_jax.tools.op_times: a training step's or decoding call's time by op."""
 
 import json
 
@@ -115,3 +115,32 @@ def test_bench_ops_runs_each_decoder_op_once_per_target_position(tmp_path):
       if op['where'] == forward[0] and op['what'].endswith('cell/dot_general')
   ]
   assert len(cells) >= 2 and all(op['matrix_product'] for op in cells)
+
+
+@pytest.mark.slow
+def test_bench_ops_traces_a_greedy_search_step_per_source_position(tmp_path):
+  out = tmp_path / 'ops.json'
+  conftest.run_module(
+      'nmt_jax.bench',
+      'ops',
+      '--config=configs/global_general.py:tiny',
+      '--trace=greedy',
+      '--steps=2',
+      '--top=1000',
+      f'--json={out}',
+  )
+  result = json.loads(out.read_text())['this']
+  assert result['trace'] == 'greedy' and result['sentences'] > 1
+  assert sum(loop['share'] for loop in result['loops']) == pytest.approx(1.0)
+  # EOS is held back until the reference length, which on the copy task is
+  # the source's: the search steps once per source position of the
+  # longest batch, so each op of its decoder step ran that many times.
+  steps = [
+      op
+      for op in result['ops']
+      if op['where'] == 'greedy_search' and op['what'].startswith('decoder.')
+  ]
+  assert steps and all(
+      op['calls_per_step'] == result['source_length'] for op in steps
+  )
+  assert any(op['matrix_product'] for op in steps)

@@ -145,6 +145,9 @@ class Attention(nn.Module):
 
   config: Any  # model.attention
   hidden_size: int
+  # model.project_query: content kinds with the general score score one
+  # query per sentence from the query side (content.py). A speed switch.
+  project_query: bool = True
 
   # model.attention.<name>: (default, check(field, value)) of every field the
   # kind reads. Kinds sharing a field declare the same default and check.
@@ -240,9 +243,13 @@ def get(kind: str) -> Type[Attention]:
   return _KINDS[kind]
 
 
-def make(attention_config, hidden_size: int) -> Attention:
+def make(
+    attention_config, hidden_size: int, project_query: bool = True
+) -> Attention:
   """The module of `attention_config.kind`."""
-  return get(attention_config.kind)(attention_config, hidden_size)
+  return get(attention_config.kind)(
+      attention_config, hidden_size, project_query
+  )
 
 
 def fields() -> Dict[str, Tuple[Any, Callable]]:

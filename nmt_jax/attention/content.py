@@ -26,10 +26,18 @@ class Score(nn.Module):
 
   hidden_size: int
   max_source_length: int
+  # Whether `project_query` scores the encoder states themselves: the same
+  # scores as __call__ on the keys, from the query side.
+  QUERY_SIDE = False
 
   def keys(self, memory):
     """memory [B, S, D] -> keys [B, S, A]."""
     return memory
+
+  def project_query(self, query):
+    """query [B, G, H] -> [B, G, D] whose products with the memory [B, S, D]
+    are the scores (QUERY_SIDE scores only)."""
+    raise NotImplementedError
 
   def __call__(self, query, keys, positions):
     """query [B, G, H], keys [B, W, A], positions [B, W] -> scores [B, G, W]."""
@@ -47,12 +55,19 @@ class Dot(Score):
 
 
 class General(Score):
+  QUERY_SIDE = True
 
   def setup(self):
     self.key_proj = nn.Dense(self.hidden_size, use_bias=False)  # W_a
 
   def keys(self, memory):
     return self.key_proj(memory)
+
+  def project_query(self, query):
+    # h_t^T (W_a hbar_s) = (W_a^T h_t)^T hbar_s; W_a is created by `keys`,
+    # which `prepare` calls.
+    kernel = self.key_proj.variables['params']['kernel']  # [D, A]
+    return jnp.einsum('bga,da->bgd', query, kernel.astype(query.dtype))
 
   @classmethod
   def cost(cls, hidden, max_source_length, source_length, width):
@@ -169,13 +184,30 @@ class ContentAttention(base.Attention):
     mask = cache['mask']
     positions = jnp.broadcast_to(jnp.arange(mask.shape[1]), mask.shape)
     grouped = base.group(query, mask.shape[0])  # [B, G, H]
-    scores = self.scorer(grouped, cache['keys'], positions)  # [B, G, S]
+    if self._query_side(grouped.shape[1]):
+      # One query per sentence (training, greedy search): projecting it is a
+      # small product per step, after which the step reads the encoder
+      # states only, not the keys as well (the precomputed keys are then
+      # unused, and XLA drops them). With G > 1 (beam search) every query
+      # would be projected: there the shared keys are cheaper.
+      projected = self.scorer.project_query(grouped)
+      scores = jnp.einsum('bgd,bwd->bgw', projected, cache['memory'])
+    else:
+      scores = self.scorer(grouped, cache['keys'], positions)  # [B, G, S]
     if logit_offset is not None:
       scores = scores + logit_offset.reshape(scores.shape)
     weights = base.masked_softmax(
         scores, mask[:, None], dtype=cache['memory'].dtype
     )
     return weights.reshape(query.shape[0], -1)
+
+  def _query_side(self, queries_per_sentence: int) -> bool:
+    return (
+        self.project_query
+        and self.scorer.QUERY_SIDE
+        and queries_per_sentence == 1
+        and not self.is_initializing()  # `prepare` creates W_a first
+    )
 
   def attend_window(self, query, cache, positions, valid, logit_offset=None):
     """Masked softmax over gathered positions -> weights [N, W].

@@ -1,11 +1,13 @@
-"""Where a training step's time goes, op by op, from a profiler trace.
+"""Where a training step's or a decoding call's time goes, op by op.
 
 `python -m nmt_jax.bench ops --config=...` compiles a config's training
 step, runs `--steps` steps of its longest length bucket under
 `jax.profiler` (a warm pass first) and sums the trace's events by compiled
-op. Each op is attributed through its HLO metadata to the loop it runs in
-(an encoder layer's recurrence, the decoder's step, their backward
-passes, or outside loops) and to the model operation it came from (a gate
+op; with `--trace=greedy` or `--trace=beam` it does the same for
+`--steps` decoding calls on the evaluation split's longest batch. Each op
+is attributed through its HLO metadata to the loop it runs in (an encoder
+layer's recurrence, the decoder's step, their backward passes, the search
+loop, or outside loops) and to the model operation it came from (a gate
 product, attention's scores, ...). On XLA:CPU the events are the
 executable's thunks; on a GPU, the device ops the profiler names after
 their HLO instructions.
@@ -27,9 +29,11 @@ from typing import Any, Dict, List, Tuple
 import jax
 import numpy as np
 
+from nmt_jax import decode
 from nmt_jax import errors
 from nmt_jax import parallel
 from nmt_jax import timing
+from nmt_jax.data import batching
 from nmt_jax.tools import bench
 from nmt_jax.tools import hlo
 from nmt_jax.vocab import PAD
@@ -189,10 +193,25 @@ def longest_bucket_batches(one: 'bench.TrainBench', count: int):
   )
 
 
-def bench_ops(config, num_steps: int, top: int = 20) -> Dict[str, Any]:
-  """Traced training steps of `config`'s longest bucket, op by op."""
+def _check_steps(num_steps: int):
   if num_steps < 1:
     raise errors.ConfigError(f'--steps={num_steps}: give at least 1 step')
+
+
+def _traced(run, hlo_text: str, num_steps: int, top: int) -> Dict[str, Any]:
+  """run() once warm, once timed, once traced -> its breakdown + step_ms."""
+  run()  # warm: this shape's first run
+  _, seconds = timing.timed(run)
+  with tempfile.TemporaryDirectory(prefix='nmt_jax_ops_') as directory:
+    events = trace_events(run, directory)
+  result = breakdown(events, hlo_text, num_steps, top)
+  result['step_ms'] = 1000 * seconds / num_steps
+  return result
+
+
+def bench_ops(config, num_steps: int, top: int = 20) -> Dict[str, Any]:
+  """Traced training steps of `config`'s longest bucket, op by op."""
+  _check_steps(num_steps)
   one = bench.TrainBench(config, num_steps)
   host = longest_bucket_batches(one, num_steps)
   device = [parallel.shard_batch(b, one.setup.mesh) for b in host]
@@ -202,19 +221,52 @@ def bench_ops(config, num_steps: int, top: int = 20) -> Dict[str, Any]:
       one.state, metrics = one.step(one.state, batch)
     jax.block_until_ready(metrics)
 
-  steps_pass()  # warm: this bucket's first run
-  _, seconds = timing.timed(steps_pass)
-  with tempfile.TemporaryDirectory(prefix='nmt_jax_ops_') as directory:
-    events = trace_events(steps_pass, directory)
+  steps_pass()  # compiles this bucket's step
   executable = one.step.executables[timing.shape_key((one.state, device[0]))]
-  result = breakdown(events, executable.as_text(), num_steps, top)
+  result = _traced(steps_pass, executable.as_text(), num_steps, top)
   result.update({
-      'step_ms': 1000 * seconds / num_steps,
+      'trace': 'train',
       'source_length': host[0]['source'].shape[1],
       'target_length': host[0]['target_out'].shape[1],
       'padding_fraction': float(
           np.mean([np.mean(b['target_out'] == PAD) for b in host])
       ),
+  })
+  return result
+
+
+def bench_decode_ops(
+    config, mode: str, num_calls: int, top: int = 20
+) -> Dict[str, Any]:
+  """Traced decoding calls (`mode` 'greedy' or 'beam') on the evaluation
+  split's longest batch, op by op: random weights with EOS held back until
+  the reference length, as `bench decode` times them."""
+  _check_steps(num_calls)
+  one = bench.DecodeBench(config, None, None)
+  beam_size = one.beam_size(mode)
+  size = one.evaluator.decode_batch_size(beam_size)
+  *_, (_, batch) = batching.eval_batches(
+      one.task.eval, size, one.evaluator.boundaries
+  )
+  source = parallel.shard_global_batch({'source': batch['source']}, one.mesh)[
+      'source'
+  ]
+  decode_fn = decode.make_decode_fn(
+      one.evaluator.scorer, one.config.decode, beam_size
+  )
+  executable = decode_fn.lower(one.params, source).compile()
+
+  def calls_pass():
+    for _ in range(num_calls):
+      out = executable(one.params, source)
+    jax.block_until_ready(out)
+
+  result = _traced(calls_pass, executable.as_text(), num_calls, top)
+  result.update({
+      'trace': 'greedy' if beam_size == 1 else f'beam{beam_size}',
+      'source_length': source.shape[1],
+      'sentences': source.shape[0],
+      'ms_per_sentence': result['step_ms'] / source.shape[0],
   })
   return result
 
@@ -238,30 +290,56 @@ def table(key: str, entries: List[Dict[str, Any]]) -> List[str]:
   return lines
 
 
-PAGE_FILE = 'ops_L50.json'  # launch/performance.sh's `bench ops` run
+# launch/performance.sh's `bench ops` runs.
+PAGE_FILES = ('ops_L50.json', 'ops_greedy_L100.json')
 
 
-def page_section(out: str, where: str, top: int = 12) -> List[str]:
-  """docs/performance.md's section on the traced step in `out`, if any."""
-  path = os.path.join(out, PAGE_FILE)
-  if not os.path.exists(path):
-    return []
-  with open(path) as f:
-    this = json.load(f)['this']
+def _headline(this: Dict[str, Any], where: str) -> str:
   products = sum(
       loop['share'] * loop['matrix_product_share'] for loop in this['loops']
   )
+  share = f'{products:.0%} of that in matrix products'
+  if this.get('trace', 'train') == 'train':
+    return (
+        f"\n## Where a training step's time goes ({where}, L = 50)\n\n"
+        '`python -m nmt_jax.bench ops` (nmt_jax/tools/op_times.py): training '
+        'steps of the longest length bucket (source and target '
+        f"{this['source_length']} tokens, {this['padding_fraction']:.1%} of "
+        'the target positions padding) under jax.profiler, each compiled '
+        "op's time put to the loop it runs in by its HLO metadata. "
+        f"A step took {this['step_ms']:,.0f} ms untraced and "
+        f"{this['traced_ms_per_step']:,.0f} ms of op time traced; {share}."
+    )
+  flag = 'greedy' if this['trace'] == 'greedy' else 'beam'
+  return (
+      f"\n## Where {this['trace']} decoding's time goes ({where}, L = 100)"
+      f'\n\n`python -m nmt_jax.bench ops --trace={flag}`: '
+      f"decoding calls on the longest batch ({this['sentences']} sentences "
+      f"of {this['source_length']} source tokens, the search running to "
+      'the reference length), traced as above. A call took '
+      f"{this['step_ms']:,.0f} ms untraced ({this['ms_per_sentence']:.2f} "
+      f"ms per sentence) and {this['traced_ms_per_step']:,.0f} ms of op "
+      f'time traced; {share}.'
+  )
+
+
+def page_section(out: str, where: str, top: int = 12) -> List[str]:
+  """docs/performance.md's sections on the traced runs in `out`, if any."""
+  lines = []
+  for name in PAGE_FILES:
+    path = os.path.join(out, name)
+    if os.path.exists(path):
+      with open(path) as f:
+        lines += _section(json.load(f)['this'], where, top)
+  return lines
+
+
+def _section(this: Dict[str, Any], where: str, top: int) -> List[str]:
+  unit = 'step' if this.get('trace', 'train') == 'train' else 'call'
   lines = [
-      f"\n## Where a training step's time goes ({where}, L = 50)\n\n"
-      '`python -m nmt_jax.bench ops` (nmt_jax/tools/op_times.py): training '
-      'steps of the longest length bucket (source and target '
-      f"{this['source_length']} tokens, {this['padding_fraction']:.1%} of "
-      'the target positions padding) under jax.profiler, each compiled '
-      "op's time put to the loop it runs in by its HLO metadata. "
-      f"A step took {this['step_ms']:,.0f} ms untraced and "
-      f"{this['traced_ms_per_step']:,.0f} ms of op time traced; "
-      f'{products:.0%} of that in matrix products.\n\n'
-      '| where | ms per step | share | of it in matrix products | ops |\n'
+      _headline(this, where)
+      + '\n\n'
+      f'| where | ms per {unit} | share | of it in matrix products | ops |\n'
       '|---|---:|---:|---:|---:|'
   ]
   lines += [
@@ -271,7 +349,7 @@ def page_section(out: str, where: str, top: int = 12) -> List[str]:
   ]
   lines.append(
       f'\nThe {top} costliest ops:\n\n'
-      '| op | where | what | ms per step | calls per step | share |\n'
+      f'| op | where | what | ms per {unit} | calls per {unit} | share |\n'
       '|---|---|---|---:|---:|---:|'
   )
   lines += [

@@ -148,6 +148,18 @@ LEVERS = (
         'lever_decode_unroll4.json',
         'search loops unrolled, 4 steps per iteration (`decode.unroll=4`) vs 1',
     ),
+    (
+        'lever_project_query_L100.json',
+        (
+            'general attention from the query side where a sentence has one'
+            ' query (`model.project_query`, on by default) vs off, decoding'
+            ' at L = 100 (beam search keeps the keys either way)'
+        ),
+    ),
+    (
+        'lever_project_query_train.json',
+        'the same in training (`model.project_query`) vs off',
+    ),
 )
 
 
