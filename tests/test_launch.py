@@ -7,6 +7,7 @@ import subprocess
 
 import pytest
 
+from nmt_jax.tools import op_times
 from nmt_jax.tools import performance_text
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -358,16 +359,18 @@ def test_performance_only_runs_the_runs_it_names(tmp_path):
 
 def test_the_script_writes_every_file_the_performance_page_reads(tmp_path):
   result = _performance_dry_run(
-      tmp_path, PARTS='levers startup', TCMALLOC='/lib/libtcmalloc.so'
+      tmp_path,
+      PARTS='train decode levers startup',
+      TCMALLOC='/lib/libtcmalloc.so',
   )
   assert result.returncode == 0, result.stderr
   written = set(re.findall(r'--json[= ]\S*/(\w+\.json)', result.stdout))
   read = [
       entry[0] for entry in performance_text.LEVERS + performance_text.KINDS
-  ] + [performance_text.STARTUP_FILE]
+  ] + [performance_text.STARTUP_FILE, *op_times.PAGE_FILES]
   for on, off, *_ in performance_text.PROCESS_LEVERS:  # 3 pairs (REPEATS)
     read += [name.format(r=r) for name in (on, off) for r in (1, 2, 3)]
-  assert len(read) == 35 and set(read) <= written, set(read) - written
+  assert len(read) == 39 and set(read) <= written, set(read) - written
   preloaded = [
       line for line in result.stdout.splitlines() if 'LD_PRELOAD' in line
   ]
