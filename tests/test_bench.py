@@ -408,6 +408,13 @@ def test_the_performance_page_shows_cold_and_warm_startup(tmp_path):
     path.write_text(json.dumps(peer_run))
   text = performance.page([str(tmp_path)])
   assert 'Measured 2026-01-02 on Some CPU, 2 cores' in text
+  # A part measured again on a later day: the page gives both days.
+  (tmp_path / 'another_bench.json').write_text(
+      json.dumps({'jax': '0.0', 'date': '2026-01-05'})
+  )
+  assert 'Measured 2026-01-02 to 2026-01-05 on' in performance.page(
+      [str(tmp_path)]
+  )
   assert 'OpenNMT-py, for scale: 14.0 [13.0 - 15.0] s from after' in text
   row = next(
       line for line in text.splitlines() if 'seconds to the first step' in line

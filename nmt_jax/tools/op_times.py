@@ -335,7 +335,9 @@ def page_section(out: str, where: str, top: int = 12) -> List[str]:
 
 
 def _section(this: Dict[str, Any], where: str, top: int) -> List[str]:
-  unit = 'step' if this.get('trace', 'train') == 'train' else 'call'
+  unit, calls = 'step', 'calls'
+  if this.get('trace', 'train') != 'train':
+    unit, calls = 'call', 'runs'  # a decoding call runs its loop's ops
   lines = [
       _headline(this, where)
       + '\n\n'
@@ -349,7 +351,7 @@ def _section(this: Dict[str, Any], where: str, top: int) -> List[str]:
   ]
   lines.append(
       f'\nThe {top} costliest ops:\n\n'
-      f'| op | where | what | ms per {unit} | calls per {unit} | share |\n'
+      f'| op | where | what | ms per {unit} | {calls} per {unit} | share |\n'
       '|---|---|---|---:|---:|---:|'
   )
   lines += [

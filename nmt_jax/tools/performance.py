@@ -304,10 +304,12 @@ def _cpu_name(out: str) -> str:
 
 
 def _measured(out: str) -> str:
-  """The day of the newest run: the bench files' dates, else file times."""
+  """The days of the runs ('first to last'): the bench files' dates, else
+  the newest file's time."""
   days = [r['date'] for r in _bench_files(out) if 'date' in r]
   if days:
-    return max(days)
+    first, last = min(days), max(days)
+    return first if first == last else f'{first} to {last}'
   times = [os.path.getmtime(p) for p in glob.glob(os.path.join(out, '*'))]
   day = datetime.date.fromtimestamp(max(times)) if times else None
   return (day or datetime.date.today()).isoformat()
