@@ -118,29 +118,31 @@ def test_bench_ops_runs_each_decoder_op_once_per_target_position(tmp_path):
 
 
 @pytest.mark.slow
-def test_bench_ops_traces_a_greedy_search_step_per_source_position(tmp_path):
+@pytest.mark.parametrize('mode', ['greedy', 'beam'])
+def test_bench_ops_traces_a_search_step_per_source_position(tmp_path, mode):
   out = tmp_path / 'ops.json'
   conftest.run_module(
       'nmt_jax.bench',
       'ops',
       '--config=configs/global_general.py:tiny',
-      '--trace=greedy',
+      f'--trace={mode}',
       '--steps=2',
       '--top=1000',
       f'--json={out}',
   )
   result = json.loads(out.read_text())['this']
-  assert result['trace'] == 'greedy' and result['sentences'] > 1
+  assert result['trace'].startswith(mode) and result['sentences'] > 1
   assert sum(loop['share'] for loop in result['loops']) == pytest.approx(1.0)
   # EOS is held back until the reference length, which on the copy task is
   # the source's: the search steps once per source position of the
-  # longest batch, so each op of its decoder step ran that many times.
+  # longest batch, so each op of its decoder step ran that many times (or
+  # once: a loop-invariant op XLA moved out of the loop keeps its name).
   steps = [
       op
       for op in result['ops']
-      if op['where'] == 'greedy_search' and op['what'].startswith('decoder.')
+      if op['where'] == f'{mode}_search' and op['what'].startswith('decoder.')
   ]
-  assert steps and all(
-      op['calls_per_step'] == result['source_length'] for op in steps
-  )
-  assert any(op['matrix_product'] for op in steps)
+  length = result['source_length']
+  assert steps and all(op['calls_per_step'] in (1, length) for op in steps)
+  products = [op for op in steps if op['matrix_product']]
+  assert products and all(op['calls_per_step'] == length for op in products)
