@@ -206,7 +206,6 @@ class ContentAttention(base.Attention):
         self.project_query
         and self.scorer.QUERY_SIDE
         and queries_per_sentence == 1
-        and not self.is_initializing()  # `prepare` creates W_a first
     )
 
   def attend_window(self, query, cache, positions, valid, logit_offset=None):

@@ -294,14 +294,14 @@ def table(key: str, entries: List[Dict[str, Any]]) -> List[str]:
 PAGE_FILES = ('ops_L50.json', 'ops_greedy_L100.json')
 
 
-def _headline(this: Dict[str, Any], where: str) -> str:
+def _headline(this: Dict[str, Any], where: str, length: int) -> str:
   products = sum(
       loop['share'] * loop['matrix_product_share'] for loop in this['loops']
   )
   share = f'{products:.0%} of that in matrix products'
   if this.get('trace', 'train') == 'train':
     return (
-        f"\n## Where a training step's time goes ({where}, L = 50)\n\n"
+        f"\n## Where a training step's time goes ({where}, L = {length})\n\n"
         '`python -m nmt_jax.bench ops` (nmt_jax/tools/op_times.py): training '
         'steps of the longest length bucket (source and target '
         f"{this['source_length']} tokens, {this['padding_fraction']:.1%} of "
@@ -312,7 +312,7 @@ def _headline(this: Dict[str, Any], where: str) -> str:
     )
   flag = 'greedy' if this['trace'] == 'greedy' else 'beam'
   return (
-      f"\n## Where {this['trace']} decoding's time goes ({where}, L = 100)"
+      f"\n## Where {this['trace']} decoding's time goes ({where}, L = {length})"
       f'\n\n`python -m nmt_jax.bench ops --trace={flag}`: '
       f"decoding calls on the longest batch ({this['sentences']} sentences "
       f"of {this['source_length']} source tokens, the search running to "
@@ -330,16 +330,20 @@ def page_section(out: str, where: str, top: int = 12) -> List[str]:
     path = os.path.join(out, name)
     if os.path.exists(path):
       with open(path) as f:
-        lines += _section(json.load(f)['this'], where, top)
+        result = json.load(f)
+      length = result['config']['max_length']
+      lines += _section(result['this'], where, length, top)
   return lines
 
 
-def _section(this: Dict[str, Any], where: str, top: int) -> List[str]:
+def _section(
+    this: Dict[str, Any], where: str, length: int, top: int
+) -> List[str]:
   unit, calls = 'step', 'calls'
   if this.get('trace', 'train') != 'train':
     unit, calls = 'call', 'runs'  # a decoding call runs its loop's ops
   lines = [
-      _headline(this, where)
+      _headline(this, where, length)
       + '\n\n'
       f'| where | ms per {unit} | share | of it in matrix products | ops |\n'
       '|---|---:|---:|---:|---:|'
