@@ -40,10 +40,11 @@ def test_attribute_names_the_innermost_loop_and_the_pass():
 
 def test_breakdown_sums_op_events_and_skips_loops_and_other_spans():
   # Two steps: the loop ran 3 iterations per step; the `while` span and
-  # Python's frames enclose the ops and must not count twice.
-  events = [('w', 500.0), ('$train.py:10 step', 900.0)] * 2
-  events += [('ynn_fusion.1', 40.0), ('copy.3', 10.0)] * 6
-  events += [('tanh_fusion', 100.0)] * 2
+  # Python's frames enclose the ops and must not count twice, and another
+  # program's op of the same name is not this one's.
+  events = [('m', 'w', 500.0), ('', '$train.py:10 step', 900.0)] * 2
+  events += [('m', 'ynn_fusion.1', 40.0), ('m', 'copy.3', 10.0)] * 6
+  events += [('m', 'tanh_fusion', 100.0), ('jit_init', 'tanh_fusion', 7.0)] * 2
   result = op_times.breakdown(events, HLO, steps=2)
   assert result['traced_ms_per_step'] == pytest.approx(0.25)
   loops = {loop['where']: loop for loop in result['loops']}
@@ -59,12 +60,55 @@ def test_breakdown_sums_op_events_and_skips_loops_and_other_spans():
   assert ops['ynn_fusion.1']['what'] == 'decoder.step/cell/dot_general'
   assert ops['copy.3']['where'] == 'M/decoder/decoder.loop backward'
   assert not ops['tanh_fusion']['matrix_product']
+  assert ops['tanh_fusion']['calls_per_step'] == 1
   assert sum(op['share'] for op in result['ops']) == pytest.approx(1.0)
 
 
 def test_breakdown_says_when_no_event_is_an_op():
   with pytest.raises(RuntimeError, match='no trace event matched'):
-    op_times.breakdown([('$main.py:1', 5.0)], HLO, steps=1)
+    op_times.breakdown([('', '$main.py:1', 5.0)], HLO, steps=1)
+
+
+def _meta(pid, name):
+  return {'ph': 'M', 'pid': pid, 'name': 'process_name', 'args': {'name': name}}
+
+
+def _op(pid, name, dur, hlo_op=None):
+  args = {'hlo_module': 'm', 'hlo_op': hlo_op} if hlo_op else {}
+  return {'ph': 'X', 'pid': pid, 'name': name, 'dur': dur, 'args': args}
+
+
+def test_op_events_take_the_device_ops_where_there_is_a_device():
+  # A GPU trace: the host launches each op (a short event naming it), the
+  # device runs it under its kernel's name; only the device's time counts.
+  gpu = {
+      'traceEvents': [
+          _meta(1, '/host:CPU'),
+          _meta(2, '/device:GPU:0'),
+          _op(1, 'ynn_fusion.1', 3.0, hlo_op='ynn_fusion.1'),
+          _op(2, 'sm90_xmma_gemm_f32f32', 40.0, hlo_op='ynn_fusion.1'),
+          _op(2, 'sm90_xmma_gemm_f32f32', 41.0, hlo_op='ynn_fusion.1'),
+          _op(1, '$train.py:10 step', 900.0),
+          {'ph': 'M', 'pid': 2, 'name': 'thread_name', 'args': {'name': 's'}},
+      ]
+  }
+  assert op_times.op_events(gpu) == [
+      ('m', 'ynn_fusion.1', 40.0),
+      ('m', 'ynn_fusion.1', 41.0),
+  ]
+  # XLA:CPU: the ops are the host's thunks, named after their instruction;
+  # events without one keep their own name (and match no instruction).
+  cpu = [
+      _meta(1, '/host:CPU'),
+      _op(1, 'tanh_fusion', 100.0, hlo_op='tanh_fusion'),
+      _op(1, 'end: tanh_fusion', 0.5),
+  ]
+  assert op_times.op_events(cpu) == [
+      ('m', 'tanh_fusion', 100.0),
+      ('', 'end: tanh_fusion', 0.5),
+  ]
+  result = op_times.breakdown(op_times.op_events(gpu), HLO, steps=1)
+  assert result['traced_ms_per_step'] == pytest.approx(0.081)
 
 
 def test_bench_ops_needs_a_step():

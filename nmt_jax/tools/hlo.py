@@ -32,6 +32,7 @@ _NAME = re.compile(r'^\s+(?:ROOT\s+)?%?([\w.\-]+)')
 _TARGET = re.compile(r'custom_call_target="([^"]+)"')
 _BODY = re.compile(r'body=%?([\w.\-]+)')
 _TRIP_COUNT = re.compile(r'"known_trip_count":\{"n":"(\d+)"')
+_MODULE = re.compile(r'^HloModule\s+([\w.\-]+)', re.MULTILINE)
 
 
 def computations(hlo_text: str) -> Dict[str, List[Tuple[str, str]]]:
@@ -78,6 +79,12 @@ def loop_ops(hlo_text: str) -> List[Dict[str, int]]:
           'dots': sum(is_dot(op, text) for op, text in ops),
       })
   return loops
+
+
+def module_name(hlo_text: str) -> str:
+  """The module's name ('HloModule jit_train_step, ...' -> 'jit_train_step')."""
+  match = _MODULE.search(hlo_text)
+  return match.group(1) if match else ''
 
 
 def instruction_name(line: str) -> str:

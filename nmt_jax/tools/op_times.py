@@ -44,8 +44,8 @@ _SOURCE = re.compile(r'op_name="([^"]*)"')
 _WRAPPER = re.compile(r'^(?:transpose|jvp|vmap|remat|checkpoint|jit)\((.*)\)$')
 
 
-def trace_events(run, directory: str) -> List[Tuple[str, float]]:
-  """Runs `run()` under jax.profiler -> its (event name, microseconds)."""
+def trace_events(run, directory: str) -> List[Tuple[str, str, float]]:
+  """Runs `run()` under jax.profiler -> its compiled ops' events (`op_events`)."""
   with jax.profiler.trace(directory, create_perfetto_trace=True):
     run()
   paths = glob.glob(
@@ -54,9 +54,36 @@ def trace_events(run, directory: str) -> List[Tuple[str, float]]:
   if not paths:
     raise RuntimeError(f'jax.profiler wrote no Perfetto trace in {directory}')
   with gzip.open(max(paths, key=os.path.getmtime)) as f:
-    trace = json.load(f)
+    return op_events(json.load(f))
+
+
+def op_events(trace) -> List[Tuple[str, str, float]]:
+  """A Perfetto trace -> (HLO module, HLO instruction, microseconds) per op run.
+
+  The events that name their instruction (`args.hlo_op`; else the event's
+  own name). Where the trace has a device (a process named '/device:...'),
+  only the device's events count: the host's events for the same ops time
+  their launches, not their work. On XLA:CPU the ops are the host's thunks.
+  """
   events = trace['traceEvents'] if isinstance(trace, dict) else trace
-  return [(e['name'], e.get('dur', 0.0)) for e in events if e.get('ph') == 'X']
+  devices = {
+      e['pid']
+      for e in events
+      if e.get('ph') == 'M'
+      and e.get('name') == 'process_name'
+      and str(e.get('args', {}).get('name', '')).startswith('/device:')
+  }
+  ops = [e for e in events if e.get('ph') == 'X']
+  on_device = [e for e in ops if e.get('pid') in devices]
+  found = []
+  for e in on_device or ops:
+    args = e.get('args') or {}
+    found.append((
+        args.get('hlo_module', ''),
+        args.get('hlo_op', e['name']),
+        e.get('dur', 0.0),
+    ))
+  return found
 
 
 def _unwrap(part: str) -> str:
@@ -119,17 +146,24 @@ def instructions(hlo_text: str) -> Dict[str, Dict[str, Any]]:
 
 
 def breakdown(
-    events: List[Tuple[str, float]], hlo_text: str, steps: int, top: int = 20
+    events: List[Tuple[str, str, float]],
+    hlo_text: str,
+    steps: int,
+    top: int = 20,
 ) -> Dict[str, Any]:
   """Per-step milliseconds by loop and by op of traced `steps` steps.
 
-  Only events named after an instruction of `hlo_text` count (not the
-  Python frames or the runtime's own spans), and not the loops that
-  enclose other ops.
+  `events`: (module, instruction, microseconds), as `op_events` gives them.
+  Only the events of `hlo_text`'s module (or of none) named after one of its
+  instructions count (not the Python frames, the runtime's own spans or
+  other programs' ops), and not the loops that enclose other ops.
   """
   known = instructions(hlo_text)
+  module = hlo.module_name(hlo_text)
   per_op = collections.defaultdict(lambda: [0.0, 0])
-  for name, micros in events:
+  for event_module, name, micros in events:
+    if module and event_module not in ('', module):
+      continue
     op = known.get(name)
     if op is None or op['opcode'] in _CONTAINERS:
       continue
