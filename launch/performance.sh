@@ -125,10 +125,12 @@ kinds() { # kinds NAME CONFIG L [args...]: CONFIG's decoding against global's
   pin 1
   run "$name" "${PIN[@]}" "$PYTHON" -m nmt_jax.bench decode --config="$config" \
     --compare="configs/global_general.py:copy$length" "${THREADS[@]}" --modes=greedy,beam \
-    --config.decode.batch_size=64 --compare.decode.batch_size=64 --num_sentences=256 \
+    --sentences_per_batch=64 --num_sentences=256 \
     --repeats=5 --json="$OUT/$name.json" "$@"
 }
-DECODE=(--modes=greedy,beam --config.decode.beam_size=10 --config.decode.batch_size=64 --repeats=3)
+# 64 sentences per decoding batch in both modes, as OpenNMT-py's
+# -batch_size 64 -batch_type sents (beam search: 640 hypotheses).
+DECODE=(--modes=greedy,beam --config.decode.beam_size=10 --sentences_per_batch=64 --repeats=3)
 OTHER=(--compare=configs/global_general.py:copy50 --compare.model.bidirectional=all
   --compare.model.bridge=copy)
 
@@ -151,7 +153,7 @@ if part decode; then
     done
   done
   # Where greedy decoding's time goes at the longer length.
-  bench ops 100 1 ops_greedy_L100 --trace=greedy --steps=3 --config.decode.batch_size=64
+  bench ops 100 1 ops_greedy_L100 --trace=greedy --steps=3 --sentences_per_batch=64
 fi
 # 2. All cores.
 ALL=$(nproc)
@@ -169,10 +171,9 @@ if part levers; then
     --config.data.bucketing=fitted --config.data.num_buckets=16
   bench decode 50 1 lever_gate_table "${DECODE[@]}" "${OTHER[@]}" \
     --config.decode.gate_table=on --compare.decode.gate_table=off \
-    --compare.decode.beam_size=10 --compare.decode.batch_size=64
+    --compare.decode.beam_size=10
   bench decode 50 1 lever_model_gate_table "${DECODE[@]}" "${OTHER[@]}" \
-    --compare.model.gate_table=off --compare.decode.beam_size=10 \
-    --compare.decode.batch_size=64
+    --compare.model.gate_table=off --compare.decode.beam_size=10
   # In training the table applies without dropout only (it drops embeddings).
   bench train 50 1 lever_model_gate_table_train --repeats=3 "${OTHER[@]}" \
     --config.model.dropout=0 --compare.model.dropout=0 --compare.model.gate_table=off
@@ -197,11 +198,16 @@ if part levers; then
   bench train 50 1 lever_bfloat16 --repeats=3 "${OTHER[@]}" --config.model.dtype=bfloat16
   bench train 50 1 lever_scan_unroll2 --repeats=3 "${OTHER[@]}" --config.model.scan_unroll=2
   bench decode 50 1 lever_decode_unroll4 "${DECODE[@]}" "${OTHER[@]}" \
-    --config.decode.unroll=4 --compare.decode.beam_size=10 --compare.decode.batch_size=64
+    --config.decode.unroll=4 --compare.decode.beam_size=10
   # The query-side general score where the keys no longer fit in cache.
   bench decode 100 1 lever_project_query_L100 "${DECODE[@]}" \
     --compare=configs/global_general.py:copy100 --compare.model.bidirectional=all \
     --compare.model.bridge=copy --compare.model.project_query=false \
+    --compare.decode.beam_size=10
+  # Beam search in batches of 64 sentences (640 hypotheses) against 64
+  # hypotheses (6 sentences): decode.batch_size counts hypotheses.
+  bench decode 50 1 lever_beam_sentences64 --modes=beam --config.decode.beam_size=10 \
+    --config.decode.batch_size=640 --repeats=3 "${OTHER[@]}" \
     --compare.decode.beam_size=10 --compare.decode.batch_size=64
   bench train 50 1 lever_project_query_train --repeats=3 "${OTHER[@]}" \
     --compare.model.project_query=false

@@ -15,7 +15,8 @@
   python -m nmt_jax.bench ops --config=configs/global_general.py:copy100 \
       --trace=greedy --threads=1 --steps=3 --json=ops_greedy.json
 
-What each measures: nmt_jax/tools/bench.py (train, decode, train_memory) and
+What each measures: nmt_jax/tools/bench.py (train, train_memory),
+nmt_jax/tools/bench_decode.py (decode; --sentences_per_batch),
 nmt_jax/tools/bench_data.py (data), nmt_jax/tools/bench_startup.py (startup:
 seconds to the first training step and translation with an empty and with a
 filled compilation cache), nmt_jax/tools/op_times.py (ops: where a
@@ -50,6 +51,7 @@ from nmt_jax import errors
 from nmt_jax import writers
 from nmt_jax.tools import bench
 from nmt_jax.tools import bench_data
+from nmt_jax.tools import bench_decode
 from nmt_jax.tools import bench_startup
 from nmt_jax.tools import hlo
 from nmt_jax.tools import op_times
@@ -101,6 +103,14 @@ _DATA_WORKDIR = flags.DEFINE_string(
     None,
     "data: workdir holding the corpus's vocabularies "
     '(real corpora; default: a temporary one).',
+)
+_SENTENCES_PER_BATCH = flags.DEFINE_integer(
+    'sentences_per_batch',
+    None,
+    'decode, ops --trace=greedy|beam: sentences per decoding batch in every'
+    " mode (decode.batch_size = sentences x beam size), as OpenNMT-py's"
+    ' -batch_size N -batch_type sents; default: decode.batch_size'
+    ' hypotheses.',
 )
 _PEER = flags.DEFINE_list(
     'peer',
@@ -216,7 +226,11 @@ def run(command: str) -> Dict[str, Any]:
       result['this'] = op_times.bench_ops(config, _STEPS.value, _TOP.value)
     else:
       result['this'] = op_times.bench_decode_ops(
-          config, _TRACE.value, _STEPS.value, _TOP.value
+          config,
+          _TRACE.value,
+          _STEPS.value,
+          _TOP.value,
+          _SENTENCES_PER_BATCH.value,
       )
   elif command == 'data':
     result['this'] = bench_data.bench_data(
@@ -228,13 +242,14 @@ def run(command: str) -> Dict[str, Any]:
     )
   else:
     result.update(
-        bench.bench_decode(
+        bench_decode.bench_decode(
             config,
             compare,
             _WORKDIR.value,
             _MODES.value,
             _REPEATS.value,
             _NUM_SENTENCES.value,
+            _SENTENCES_PER_BATCH.value,
         )
     )
     if compare is not None:

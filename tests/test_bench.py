@@ -8,9 +8,11 @@ import pytest
 from nmt_jax import data
 from nmt_jax import default_config
 from nmt_jax import errors
+from nmt_jax import evaluation
 from nmt_jax import validation
 from nmt_jax.tools import bench as bench_lib
 from nmt_jax.tools import bench_data
+from nmt_jax.tools import bench_decode
 from nmt_jax.tools import bench_startup
 from nmt_jax.tools import performance
 from nmt_jax.tools import performance_text
@@ -128,6 +130,34 @@ def test_bench_decode_json_with_compare(tmp_path):
   # K memory slots (memory_k64)
   assert result['this']['greedy']['avg_window'] == 64
   assert set(result['speedup']) == {'greedy', 'beam2', 'forced'}
+  # decode.batch_size (16) counts hypotheses: beam search takes 16 // 2.
+  batches = {
+      mode: result['this'][mode]['sentences_per_batch']
+      for mode in ('greedy', 'beam2', 'forced')
+  }
+  assert batches == {'greedy': 16, 'beam2': 8, 'forced': 16}
+
+
+def test_sentences_per_batch_is_the_batch_of_every_mode(monkeypatch):
+  config = default_config.get_config('tiny')
+  with pytest.raises(errors.ConfigError, match='sentences_per_batch=0'):
+    bench_decode.DecodeBench(config, None, 12, sentences_per_batch=0)
+  decoded_in = []
+  decode_split = evaluation.decode_split
+
+  def recorded(decode_fn, params, split, batch_size, *args, **kwargs):
+    decoded_in.append(batch_size)
+    return decode_split(decode_fn, params, split, batch_size, *args, **kwargs)
+
+  monkeypatch.setattr(evaluation, 'decode_split', recorded)
+  result = bench_decode.bench_decode(
+      config, None, None, ['greedy', 'beam'], 1, 12, sentences_per_batch=4
+  )
+  # A warm-up pass and a timed one per mode, in batches of 4 sentences
+  # (8 hypotheses in beam search).
+  assert decoded_in == [4, 4, 4, 4]
+  assert result['this']['greedy']['sentences_per_batch'] == 4
+  assert result['this']['beam2']['sentences_per_batch'] == 4
 
 
 def test_bench_data_json_on_a_synthetic_corpus(tmp_path):

@@ -162,8 +162,14 @@ def test_bench_ops_runs_each_decoder_op_once_per_target_position(tmp_path):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize('mode', ['greedy', 'beam'])
-def test_bench_ops_traces_a_search_step_per_source_position(tmp_path, mode):
+@pytest.mark.parametrize(
+    'mode, flags, sentences',
+    # decode.batch_size = 16 hypotheses, or 3 sentences in every mode.
+    [('greedy', [], 16), ('beam', ['--sentences_per_batch=3'], 3)],
+)
+def test_bench_ops_traces_a_search_step_per_source_position(
+    tmp_path, mode, flags, sentences
+):
   out = tmp_path / 'ops.json'
   conftest.run_module(
       'nmt_jax.bench',
@@ -173,9 +179,11 @@ def test_bench_ops_traces_a_search_step_per_source_position(tmp_path, mode):
       '--steps=2',
       '--top=1000',
       f'--json={out}',
+      *flags,
   )
   result = json.loads(out.read_text())['this']
-  assert result['trace'].startswith(mode) and result['sentences'] > 1
+  assert result['trace'].startswith(mode)
+  assert result['sentences'] == sentences
   assert sum(loop['share'] for loop in result['loops']) == pytest.approx(1.0)
   # EOS is held back until the reference length, which on the copy task is
   # the source's: the search steps once per source position of the

@@ -6,6 +6,7 @@ agree with the single model they are built from; early stopping and plateau
 decay decide as the validations say, also across a resume.
 """
 
+import gzip
 import json
 import os
 import subprocess
@@ -22,6 +23,7 @@ from nmt_jax import writers
 from nmt_jax.data import batching
 from nmt_jax.data import dataset
 from nmt_jax.tools import attention_maps
+from nmt_jax.tools import op_times
 from tests import conftest
 from tests.test_cli import final_params
 from tests.test_cli import nmt
@@ -443,9 +445,19 @@ def test_profiles_of_training_steps_and_decoding(tmp_path):
       '--config.train.profile_from_step=1',
       '--config.decode.profile=true',
       '--config.decode.beam_size=1',
+      # Steps 2-3 only: no validation or new bucket's compilation inside
+      # the traced window (with them a trace is ~10x larger and slower).
+      '--config.train.eval_every=100',
+      '--config.data.num_buckets=1',
   )
-  for folder in ('profile', 'profile_decode'):
+  for folder, program in (
+      ('profile', 'jit_train_step'),
+      ('profile_decode', 'jit_greedy_search'),
+  ):
     (trace,) = (workdir / folder / 'plugins' / 'profile').iterdir()
     names = {p.name for p in trace.iterdir()}
     assert 'perfetto_trace.json.gz' in names
     assert any(name.endswith('.xplane.pb') for name in names)
+    with gzip.open(trace / 'perfetto_trace.json.gz') as f:
+      modules = {module for module, *_ in op_times.op_events(json.load(f))}
+    assert program in modules, modules

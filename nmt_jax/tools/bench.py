@@ -1,18 +1,12 @@
-"""Speed and memory benchmarks of training and decoding, for `nmt_jax.bench`.
+"""Speed and memory benchmarks of training, for `nmt_jax.bench`.
 
 train_memory: XLA's memory plan of one training step (no data, nothing run).
 train:  steady-state target tokens/s (real, non-PAD tokens), compile time,
         peak RSS, the step's dense GFLOP/s next to XLA's rate on a plain
         [128, 768] x [768, 1024] matmul at the same thread count, and the
         operations (kernels) one iteration of each of its loops runs.
-decode: ms per sentence and sentences/s over the evaluation split for greedy,
-        beam (decode.beam_size) and teacher-forced decoding, and the average
-        attention window.
 
-Without a workdir, decoding uses random weights whose EOS logit is suppressed
-until each sentence's reference length (ratio 1, offset 0): every hypothesis
-runs exactly as many steps as a perfect copy model's, which is what the cost
-depends on. With a workdir, its best checkpoint decodes as configured.
+Decoding's benchmark is in `bench_decode.py`.
 """
 
 import functools
@@ -26,21 +20,15 @@ import jax.numpy as jnp
 import numpy as np
 
 from nmt_jax import attention
-from nmt_jax import data
-from nmt_jax import decode
 from nmt_jax import errors
-from nmt_jax import evaluation
 from nmt_jax import models
 from nmt_jax import parallel
 from nmt_jax import steps
 from nmt_jax import timing
 from nmt_jax import train
 from nmt_jax import validation
-from nmt_jax import workdirs
 from nmt_jax.data import batching
 from nmt_jax.tools import hlo
-from nmt_jax.vocab import EOS
-from nmt_jax.vocab import PAD
 
 
 def pin_threads(threads: Optional[int]):
@@ -313,136 +301,3 @@ def bench_memory(config, vocab_size: int) -> Dict[str, Any]:
       # [B, T, V] float32: one array of logits (the softmax is another).
       'logits_mb': mb(4 * rows * length * vocab_size),
   }
-
-
-# ----------------------------------------------------------------- decode
-
-
-class DecodeBench:
-  """One config's decoders over the evaluation split.
-
-  `time(mode)` makes one pass over the split.
-  """
-
-  def __init__(
-      self, config, workdir: Optional[str], num_sentences: Optional[int]
-  ):
-    config = validation.resolve(config)
-    if workdir:
-      task, model, mesh, params, _ = workdirs.restore_for_inference(
-          config, workdir
-      )
-      self.weights = f'best checkpoint of {workdir}'
-    else:
-      config.decode.max_length_ratio, config.decode.max_length_offset = 1.0, 0
-      task = data.load_task(config.data, config.seed)
-      model = steps.create_model(config, task)
-      mesh = parallel.make_mesh()
-      sample = batching.dummy_batch(1, 1)
-      params = model.init(
-          jax.random.key(config.seed), sample['source'], sample['target_in']
-      )['params']
-      bias = params['decoder']['output']['bias']
-      params['decoder']['output']['bias'] = bias.at[EOS].set(-1e4)
-      self.weights = 'random; EOS suppressed until the reference length'
-    self.config, self.task, self.model = config, task, model
-    self.mesh, self.params = mesh, params
-    self.evaluator = evaluation.Evaluator(config, model, task, mesh)
-    self.limit = num_sentences
-    self._forced = None  # (compiled, calls, sentences, compile seconds)
-
-  def beam_size(self, mode):
-    return {'greedy': 1, 'beam': self.config.decode.beam_size}.get(mode)
-
-  def time(self, mode: str) -> Dict[str, float]:
-    """One pass over the split.
-
-    Returns ms_per_sentence, sentences_per_sec, avg_window and compile_s.
-    """
-    if mode == 'forced':
-      return self._time_forced()
-    _, info = self.evaluator.translate(
-        self.params, self.task.eval, self.beam_size(mode), self.limit
-    )
-    return {
-        'ms_per_sentence': info['decode_ms_per_sentence'],
-        'sentences_per_sec': 1000 / info['decode_ms_per_sentence'],
-        'sentences_per_cpu_sec': 1000 / info['decode_cpu_ms_per_sentence'],
-        'avg_window': info['avg_window'],
-        'avg_window_fraction': info['avg_window_fraction'],
-        'avg_computed': info['avg_computed'],
-        'compile_s': info['decode_compile_seconds'],
-    }
-
-  def _time_forced(self):
-    if self._forced is None:
-      size = self.evaluator.decode_batch_size(1)
-      split, boundaries = self.task.eval, self.evaluator.boundaries
-      eval_batches = list(
-          batching.eval_batches(split, size, boundaries, self.limit)
-      )
-      device = [parallel.shard_batch(b, self.mesh) for _, b in eval_batches]
-      real = [rows >= 0 for rows, _ in eval_batches]
-      lengths = np.concatenate([
-          np.sum(b['source'] != PAD, 1)[r]
-          for r, (_, b) in zip(real, eval_batches)
-      ])
-      forced = jax.jit(functools.partial(decode.forced_decode, self.model))
-      calls = [(self.params, b['source'], b['target_in']) for b in device]
-      compiled, compile_s = timing.compile_by_shape(forced, calls, warm=False)
-      self._forced = (compiled, calls, real, lengths, compile_s)
-    compiled, calls, real, lengths, compile_s = self._forced
-    outs, seconds, cpu_seconds = timing.timed_with_cpu(
-        lambda: jax.device_get([compiled(*args) for args in calls])
-    )
-    windows = decode.Windows(*(
-        np.concatenate([x[r] for x, r in zip(field, real)])
-        for field in zip(*(o.windows for o in outs))
-    ))
-    window = evaluation.window_metrics(windows, lengths)
-    return {
-        'ms_per_sentence': 1000 * seconds / len(lengths),
-        'sentences_per_sec': len(lengths) / seconds,
-        'sentences_per_cpu_sec': len(lengths) / cpu_seconds,
-        'avg_window': window['avg_window'],
-        'avg_computed': window['avg_computed'],
-        'compile_s': compile_s,
-    }
-
-
-def bench_decode(
-    config, compare, workdir, modes, repeats, num_sentences
-) -> Dict[str, Any]:
-  """Decoding speed of `config` (and of `compare`, alternating repetitions)."""
-  benches = {'this': DecodeBench(config, workdir, num_sentences)}
-  if compare is not None:
-    benches['other'] = DecodeBench(compare, None, num_sentences)
-  runs = {name: {mode: [] for mode in modes} for name in benches}
-  compile_s = {}
-  for name, bench in benches.items():  # warm-up: compile every shape, run once
-    for mode in modes:
-      compile_s[name, mode] = bench.time(mode)['compile_s']
-  for _ in range(repeats):  # alternate configs: both see the same machine state
-    for mode in modes:
-      for name, bench in benches.items():
-        runs[name][mode].append(bench.time(mode))
-  result = {}
-  for name, bench in benches.items():
-    result[name] = {'weights': bench.weights}
-    for mode in modes:
-      label = f'beam{bench.beam_size(mode)}' if mode == 'beam' else mode
-      ms = [r['ms_per_sentence'] for r in runs[name][mode]]
-      median = runs[name][mode][ms.index(statistics.median_low(ms))]
-      result[name][label] = dict(
-          median, ms_per_sentence_runs=ms, compile_s=compile_s[name, mode]
-      )
-  if compare is not None:
-    result['speedup'] = {}
-    for label, this in result['this'].items():
-      other = result['other'].get(label)
-      if isinstance(this, dict) and isinstance(other, dict):
-        speedup = other['ms_per_sentence'] / this['ms_per_sentence']
-        result['speedup'][label] = speedup
-  result['peak_rss_mb'] = peak_rss_mb()
-  result['peak_device_memory_mb'] = peak_device_memory_mb()
-  return result

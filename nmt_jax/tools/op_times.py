@@ -24,7 +24,7 @@ import json
 import os
 import re
 import tempfile
-from typing import Any, Dict, List, Tuple
+from typing import Any, Dict, List, Optional, Tuple
 
 import jax
 import numpy as np
@@ -35,6 +35,7 @@ from nmt_jax import parallel
 from nmt_jax import timing
 from nmt_jax.data import batching
 from nmt_jax.tools import bench
+from nmt_jax.tools import bench_decode
 from nmt_jax.tools import hlo
 from nmt_jax.vocab import PAD
 
@@ -270,23 +271,28 @@ def bench_ops(config, num_steps: int, top: int = 20) -> Dict[str, Any]:
 
 
 def bench_decode_ops(
-    config, mode: str, num_calls: int, top: int = 20
+    config,
+    mode: str,
+    num_calls: int,
+    top: int = 20,
+    sentences_per_batch: Optional[int] = None,
 ) -> Dict[str, Any]:
   """Traced decoding calls (`mode` 'greedy' or 'beam') on the evaluation
   split's longest batch, op by op: random weights with EOS held back until
   the reference length, as `bench decode` times them."""
   _check_steps(num_calls)
-  one = bench.DecodeBench(config, None, None)
+  one = bench_decode.DecodeBench(config, None, None, sentences_per_batch)
   beam_size = one.beam_size(mode)
-  size = one.evaluator.decode_batch_size(beam_size)
+  evaluator = one.evaluator_for(beam_size)
+  size = evaluator.decode_batch_size(beam_size)
   *_, (_, batch) = batching.eval_batches(
-      one.task.eval, size, one.evaluator.boundaries
+      one.task.eval, size, evaluator.boundaries
   )
   source = parallel.shard_global_batch({'source': batch['source']}, one.mesh)[
       'source'
   ]
   decode_fn = decode.make_decode_fn(
-      one.evaluator.scorer, one.config.decode, beam_size
+      evaluator.scorer, one.config.decode, beam_size
   )
   executable = decode_fn.lower(one.params, source).compile()
 

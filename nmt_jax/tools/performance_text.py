@@ -46,11 +46,13 @@ its threads) next to wall-clock rates; a ratio above 1 means nmt_jax is
 faster. Ratios are per pair of consecutive runs, shown as the median
 [min - max] over pairs. Training counts non-padding target tokens (EOS
 included) in steady state; nmt_jax's compile time is reported apart.
-Decoding is the 1,000 validation sentences in batches of 64: OpenNMT-py with
-`-min_length 250` (EOS blocked, every hypothesis runs to the longest source
-of its batch + 5), nmt_jax with random weights whose EOS is held back until
-each sentence's reference length (a perfect copy model's length), in
-length-sorted batches.
+Decoding is the 1,000 validation sentences in batches of 64 sentences
+(beam search: 640 hypotheses): OpenNMT-py with `-batch_size 64 -batch_type
+sents -min_length 250` (EOS blocked, every hypothesis runs to the longest
+source of its batch + 5), nmt_jax with `bench decode --sentences_per_batch=64`
+(`decode.batch_size` counts hypotheses) and random weights whose EOS is held
+back until each sentence's reference length (a perfect copy model's length),
+in length-sorted batches.
 
 The aims: on a GPU, training at least as fast as OpenNMT-py with cuDNN,
 beam-10 decoding at least 1.5x, memory attention at least 1.5x global at
@@ -159,6 +161,13 @@ LEVERS = (
     (
         'lever_project_query_train.json',
         'the same in training (`model.project_query`) vs off',
+    ),
+    (
+        'lever_beam_sentences64.json',
+        (
+            'beam search in batches of 64 sentences'
+            ' (`decode.batch_size=640` hypotheses) vs 6 (64 hypotheses)'
+        ),
     ),
 )
 

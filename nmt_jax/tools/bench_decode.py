@@ -1,0 +1,202 @@
+"""Decoding speed over the evaluation split, for `nmt_jax.bench decode`.
+
+ms per sentence and sentences/s for greedy, beam (decode.beam_size) and
+teacher-forced decoding, and the average attention window.
+
+Without a workdir, decoding uses random weights whose EOS logit is suppressed
+until each sentence's reference length (ratio 1, offset 0): every hypothesis
+runs exactly as many steps as a perfect copy model's, which is what the cost
+depends on. With a workdir, its best checkpoint decodes as configured.
+
+decode.batch_size counts hypotheses (beam search decodes batch_size //
+beam_size sentences at a time); `sentences_per_batch` decodes that many
+sentences per batch in every mode instead, as toolkits that batch sentences
+whatever the beam do (OpenNMT-py's `-batch_size N -batch_type sents`).
+"""
+
+import functools
+import statistics
+from typing import Any, Dict, Optional
+
+import jax
+import numpy as np
+
+from nmt_jax import data
+from nmt_jax import decode
+from nmt_jax import errors
+from nmt_jax import evaluation
+from nmt_jax import parallel
+from nmt_jax import steps
+from nmt_jax import timing
+from nmt_jax import validation
+from nmt_jax import workdirs
+from nmt_jax.data import batching
+from nmt_jax.tools import bench
+from nmt_jax.vocab import EOS
+from nmt_jax.vocab import PAD
+
+
+class DecodeBench:
+  """One config's decoders over the evaluation split.
+
+  `time(mode)` makes one pass over the split.
+  """
+
+  def __init__(
+      self,
+      config,
+      workdir: Optional[str],
+      num_sentences: Optional[int],
+      sentences_per_batch: Optional[int] = None,
+  ):
+    if sentences_per_batch is not None and sentences_per_batch < 1:
+      raise errors.ConfigError(
+          f'--sentences_per_batch={sentences_per_batch}: give at least 1'
+      )
+    config = validation.resolve(config)
+    if workdir:
+      task, model, mesh, params, _ = workdirs.restore_for_inference(
+          config, workdir
+      )
+      self.weights = f'best checkpoint of {workdir}'
+    else:
+      config.decode.max_length_ratio, config.decode.max_length_offset = 1.0, 0
+      task = data.load_task(config.data, config.seed)
+      model = steps.create_model(config, task)
+      mesh = parallel.make_mesh()
+      sample = batching.dummy_batch(1, 1)
+      params = model.init(
+          jax.random.key(config.seed), sample['source'], sample['target_in']
+      )['params']
+      bias = params['decoder']['output']['bias']
+      params['decoder']['output']['bias'] = bias.at[EOS].set(-1e4)
+      self.weights = 'random; EOS suppressed until the reference length'
+    self.config, self.task, self.model = config, task, model
+    self.mesh, self.params = mesh, params
+    self.evaluator = evaluation.Evaluator(config, model, task, mesh)
+    self.limit = num_sentences
+    self.sentences_per_batch = sentences_per_batch
+    self._evaluators = {}
+    self._forced = None  # (compiled, calls, sentences, compile seconds)
+
+  def evaluator_for(self, beam_size: int) -> evaluation.Evaluator:
+    """The evaluator decoding with `beam_size`: the config's, or with
+    `sentences_per_batch` one whose decode.batch_size is that many
+    sentences' hypotheses."""
+    if self.sentences_per_batch is None:
+      return self.evaluator
+    if beam_size not in self._evaluators:
+      config = self.config.copy_and_resolve_references()
+      config.decode.batch_size = self.sentences_per_batch * beam_size
+      self._evaluators[beam_size] = evaluation.Evaluator(
+          config, self.model, self.task, self.mesh
+      )
+    return self._evaluators[beam_size]
+
+  def beam_size(self, mode):
+    return {'greedy': 1, 'beam': self.config.decode.beam_size}.get(mode)
+
+  def time(self, mode: str) -> Dict[str, float]:
+    """One pass over the split.
+
+    Returns ms_per_sentence, sentences_per_sec, avg_window, compile_s
+    and sentences_per_batch.
+    """
+    if mode == 'forced':
+      return self._time_forced()
+    beam_size = self.beam_size(mode)
+    evaluator = self.evaluator_for(beam_size)
+    _, info = evaluator.translate(
+        self.params, self.task.eval, beam_size, self.limit
+    )
+    return {
+        'ms_per_sentence': info['decode_ms_per_sentence'],
+        'sentences_per_sec': 1000 / info['decode_ms_per_sentence'],
+        'sentences_per_cpu_sec': 1000 / info['decode_cpu_ms_per_sentence'],
+        'avg_window': info['avg_window'],
+        'avg_window_fraction': info['avg_window_fraction'],
+        'avg_computed': info['avg_computed'],
+        'compile_s': info['decode_compile_seconds'],
+        'sentences_per_batch': evaluator.decode_batch_size(beam_size),
+    }
+
+  def _time_forced(self):
+    if self._forced is None:
+      size = self.evaluator_for(1).decode_batch_size(1)
+      split, boundaries = self.task.eval, self.evaluator.boundaries
+      eval_batches = list(
+          batching.eval_batches(split, size, boundaries, self.limit)
+      )
+      device = [parallel.shard_batch(b, self.mesh) for _, b in eval_batches]
+      real = [rows >= 0 for rows, _ in eval_batches]
+      lengths = np.concatenate([
+          np.sum(b['source'] != PAD, 1)[r]
+          for r, (_, b) in zip(real, eval_batches)
+      ])
+      forced = jax.jit(functools.partial(decode.forced_decode, self.model))
+      calls = [(self.params, b['source'], b['target_in']) for b in device]
+      compiled, compile_s = timing.compile_by_shape(forced, calls, warm=False)
+      self._forced = (compiled, calls, real, lengths, compile_s)
+    compiled, calls, real, lengths, compile_s = self._forced
+    outs, seconds, cpu_seconds = timing.timed_with_cpu(
+        lambda: jax.device_get([compiled(*args) for args in calls])
+    )
+    windows = decode.Windows(*(
+        np.concatenate([x[r] for x, r in zip(field, real)])
+        for field in zip(*(o.windows for o in outs))
+    ))
+    window = evaluation.window_metrics(windows, lengths)
+    return {
+        'ms_per_sentence': 1000 * seconds / len(lengths),
+        'sentences_per_sec': len(lengths) / seconds,
+        'sentences_per_cpu_sec': len(lengths) / cpu_seconds,
+        'avg_window': window['avg_window'],
+        'avg_computed': window['avg_computed'],
+        'compile_s': compile_s,
+        'sentences_per_batch': self.evaluator_for(1).decode_batch_size(1),
+    }
+
+
+def bench_decode(
+    config,
+    compare,
+    workdir,
+    modes,
+    repeats,
+    num_sentences,
+    sentences_per_batch=None,
+) -> Dict[str, Any]:
+  """Decoding speed of `config` (and of `compare`, alternating repetitions)."""
+  batching_args = (num_sentences, sentences_per_batch)
+  benches = {'this': DecodeBench(config, workdir, *batching_args)}
+  if compare is not None:
+    benches['other'] = DecodeBench(compare, None, *batching_args)
+  runs = {name: {mode: [] for mode in modes} for name in benches}
+  compile_s = {}
+  for name, one in benches.items():  # warm-up: compile every shape, run once
+    for mode in modes:
+      compile_s[name, mode] = one.time(mode)['compile_s']
+  for _ in range(repeats):  # alternate configs: both see the same machine state
+    for mode in modes:
+      for name, one in benches.items():
+        runs[name][mode].append(one.time(mode))
+  result = {}
+  for name, one in benches.items():
+    result[name] = {'weights': one.weights}
+    for mode in modes:
+      label = f'beam{one.beam_size(mode)}' if mode == 'beam' else mode
+      ms = [r['ms_per_sentence'] for r in runs[name][mode]]
+      median = runs[name][mode][ms.index(statistics.median_low(ms))]
+      result[name][label] = dict(
+          median, ms_per_sentence_runs=ms, compile_s=compile_s[name, mode]
+      )
+  if compare is not None:
+    result['speedup'] = {}
+    for label, this in result['this'].items():
+      other = result['other'].get(label)
+      if isinstance(this, dict) and isinstance(other, dict):
+        speedup = other['ms_per_sentence'] / this['ms_per_sentence']
+        result['speedup'][label] = speedup
+  result['peak_rss_mb'] = bench.peak_rss_mb()
+  result['peak_device_memory_mb'] = bench.peak_device_memory_mb()
+  return result
