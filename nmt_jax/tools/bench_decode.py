@@ -77,7 +77,8 @@ class DecodeBench:
     self.limit = num_sentences
     self.sentences_per_batch = sentences_per_batch
     self._evaluators = {}
-    self._forced = None  # (compiled, calls, sentences, compile seconds)
+    # (compiled, calls, real rows, source lengths, compile seconds)
+    self._forced = None
 
   def evaluator_for(self, beam_size: int) -> evaluation.Evaluator:
     """The evaluator decoding with `beam_size`: the config's, or with
@@ -121,8 +122,8 @@ class DecodeBench:
     }
 
   def _time_forced(self):
+    size = self.evaluator_for(1).decode_batch_size(1)
     if self._forced is None:
-      size = self.evaluator_for(1).decode_batch_size(1)
       split, boundaries = self.task.eval, self.evaluator.boundaries
       eval_batches = list(
           batching.eval_batches(split, size, boundaries, self.limit)
@@ -153,7 +154,7 @@ class DecodeBench:
         'avg_window': window['avg_window'],
         'avg_computed': window['avg_computed'],
         'compile_s': compile_s,
-        'sentences_per_batch': self.evaluator_for(1).decode_batch_size(1),
+        'sentences_per_batch': size,
     }
 
 
