@@ -109,37 +109,44 @@ def _bad_meta_json(step_dir):
     f.write('{"step": 6, ')
 
 
-DAMAGE = [
-    _truncate,
-    _garble,
-    _flip_one_byte,
-    _delete_state,
-    _delete_meta,
-    _bad_meta_json,
+# Two modes per run: the newest step (6) damaged one way and the one before
+# (4) another, so each run also falls back twice in a row.
+DAMAGE_PAIRS = [
+    (_truncate, _garble),
+    (_flip_one_byte, _delete_state),
+    (_delete_meta, _bad_meta_json),
 ]
 
 
-@pytest.mark.parametrize('damage', DAMAGE, ids=lambda f: f.__name__[1:])
-def test_damaged_latest_checkpoint_is_set_aside_and_training_resumes(
-    trained, tmp_path, damage
+@pytest.mark.parametrize(
+    'damage_6, damage_4',
+    DAMAGE_PAIRS,
+    ids=lambda f: f.__name__[1:],
+)
+def test_damaged_checkpoints_are_set_aside_and_training_resumes(
+    trained, tmp_path, damage_6, damage_4
 ):
   workdir = _copy(trained, tmp_path)
   checkpoints = os.path.join(workdir, 'checkpoints')
-  damage(os.path.join(checkpoints, '6'))
-  damaged = snapshot(os.path.join(checkpoints, '6'))
-  good = {s: snapshot(os.path.join(checkpoints, s)) for s in ('2', '4')}
+  damage_6(os.path.join(checkpoints, '6'))
+  damage_4(os.path.join(checkpoints, '4'))
+  damaged = {s: snapshot(os.path.join(checkpoints, s)) for s in ('6', '4')}
+  good = snapshot(os.path.join(checkpoints, '2'))
 
   result = nmt(*RUN, f'--workdir={workdir}', check=False)
 
   assert result.returncode == 0, result.stderr[-3000:]
   assert 'Traceback' not in result.stderr
   warnings = [x for x in result.stderr.splitlines() if 'is damaged' in x]
-  assert len(warnings) == 1 and f'{checkpoints}/6 is damaged' in warnings[0]
-  assert 'resuming from step 4' in result.stderr
-  assert snapshot(os.path.join(checkpoints, 'corrupt', '6')) == damaged
-  for step, files in good.items():
-    assert snapshot(os.path.join(checkpoints, step)) == files
-  assert os.path.isdir(os.path.join(checkpoints, '6'))  # trained again
+  assert len(warnings) == 2, warnings
+  assert f'{checkpoints}/6 is damaged' in warnings[0]
+  assert f'{checkpoints}/4 is damaged' in warnings[1]
+  assert 'resuming from step 2' in result.stderr
+  for step, files in damaged.items():
+    assert snapshot(os.path.join(checkpoints, 'corrupt', step)) == files
+  assert snapshot(os.path.join(checkpoints, '2')) == good
+  for step in ('4', '6'):  # trained again
+    assert os.path.isdir(os.path.join(checkpoints, step))
 
 
 def test_empty_step_directory_is_set_aside(trained, tmp_path):

@@ -63,47 +63,73 @@ def run_two_processes(*args, timeout=600):
   return [err for _, err in outputs]
 
 
-def test_two_processes_train_resume_and_agree_with_one(tmp_path):
+def test_two_processes_stop_together_resume_and_agree_with_one(tmp_path):
+  """SIGTERM: JAX's preemption service agrees on the step, both save it.
+
+  Both processes then resume from it, and the run ends where a one-process
+  run of as many steps ends.
+  """
+  two, one = tmp_path / 'two', tmp_path / 'one'
   args = [
       f'--config={CONFIG}',
       *QUICK,
-      '--config.train.checkpoint_every=3',
-      '--config.train.eval_every=3',
-      '--config.train.log_every=3',
+      '--config.train.checkpoint_every=10000',
+      '--config.train.eval_every=10000',
+      '--config.train.log_every=1',
   ]
-  two, one = str(tmp_path / 'two'), str(tmp_path / 'one')
+  port = free_port()
+  # 600 steps: still running when the signal comes.
+  long_run = [*args, '--config.train.num_steps=600', f'--workdir={two}']
+  processes = [start(0, port, *long_run), start(1, port, *long_run)]
+  try:
+    metrics = two / 'metrics.jsonl'
+    wait_until(
+        lambda: metrics.exists() and metrics.stat().st_size > 500, processes
+    )
+    for p in processes:
+      p.send_signal(signal.SIGTERM)
+    errors = [p.communicate(timeout=120)[1] for p in processes]
+  finally:
+    for p in processes:
+      if p.poll() is None:
+        p.kill()
+  assert 'in 2 process(es)' in errors[0]
+  lasts = [err.strip().splitlines()[-1] for err in errors]
+  for p, err, last in zip(processes, errors, lasts):
+    assert p.returncode == 143, err[-3000:]
+    assert last.startswith('stopped by SIGTERM after step'), last
+  assert lasts[0] == lasts[1]  # the same step
+  step = lasts[0].split('after step ')[1].split(',')[0]
+  assert os.listdir(two / 'checkpoints') == [step]
+  # Restarted on the same workdir: both restore the saved step and go on.
+  end = int(step) + 4
   logs = run_two_processes(
-      *args, '--config.train.num_steps=3', f'--workdir={two}'
+      *args, f'--config.train.num_steps={end}', f'--workdir={two}'
   )
-  assert 'in 2 process(es)' in logs[0]
-  # Restarted on the same workdir: both processes restore step 3 and go on.
-  logs = run_two_processes(
-      *args, '--config.train.num_steps=6', f'--workdir={two}'
-  )
-  assert all('resuming from step 3' in log for log in logs)
-  nmt(*args, '--config.train.num_steps=6', f'--workdir={one}')
+  assert all(f'resuming from step {step}' in log for log in logs)
+  assert str(end) in os.listdir(two / 'checkpoints')
+  nmt(*args, f'--config.train.num_steps={end}', f'--workdir={one}')
 
-  distributed, single = final_params(two, 6), final_params(one, 6)
+  distributed, single = final_params(two, end), final_params(one, end)
   assert set(distributed) == set(single)
   for key in single:
     np.testing.assert_allclose(
         distributed[key], single[key], rtol=2e-5, atol=2e-5, err_msg=key
     )
-  with open(os.path.join(two, 'eval_results.json')) as f:
+  with open(two / 'eval_results.json') as f:
     two_eval = json.load(f)
-  with open(os.path.join(one, 'eval_results.json')) as f:
+  with open(one / 'eval_results.json') as f:
     one_eval = json.load(f)
   # Decoding was sharded over the processes and gathered: the same sentences, the same scores.
   assert two_eval['num_sentences'] == one_eval['num_sentences'] == 32
   assert two_eval['loss'] == pytest.approx(one_eval['loss'], rel=1e-4)
-  with open(os.path.join(two, 'eval_hypotheses.txt')) as a, open(
-      os.path.join(one, 'eval_hypotheses.txt')
-  ) as b:
-    assert a.read() == b.read()
+  assert (two / 'eval_hypotheses.txt').read_text() == (
+      one / 'eval_hypotheses.txt'
+  ).read_text()
   # Only process 0 writes metrics: one record per logged step, not two.
-  with open(os.path.join(two, 'metrics.jsonl')) as f:
+  with open(metrics) as f:
     steps = [json.loads(line)['step'] for line in f if '"train"' in line]
-  assert steps == [3, 6]
+  assert steps == list(range(1, end + 1))
 
 
 def test_unreachable_coordinator_is_a_clear_error_not_a_hang(tmp_path):
@@ -151,44 +177,3 @@ def test_distributed_flag_mistakes(tmp_path, flags, message):
   )
   assert result.returncode == 2
   assert message in result.stderr.strip().splitlines()[-1]
-
-
-def test_sigterm_stops_both_processes_at_the_same_step(tmp_path):
-  """JAX's preemption service agrees on the step; both save it and exit 143."""
-  workdir = tmp_path / 'run'
-  args = [
-      f'--config={CONFIG}',
-      *QUICK,
-      '--config.train.checkpoint_every=10000',
-      '--config.train.eval_every=10000',
-      '--config.train.log_every=10',
-      f'--workdir={workdir}',
-  ]
-  port = free_port()
-  # 600 steps: still running when the signal comes.
-  long_run = [*args, '--config.train.num_steps=600']
-  processes = [start(0, port, *long_run), start(1, port, *long_run)]
-  try:
-    metrics = workdir / 'metrics.jsonl'
-    wait_until(
-        lambda: metrics.exists() and metrics.stat().st_size > 2000, processes
-    )
-    for p in processes:
-      p.send_signal(signal.SIGTERM)
-    errors = [p.communicate(timeout=120)[1] for p in processes]
-  finally:
-    for p in processes:
-      if p.poll() is None:
-        p.kill()
-  lasts = [err.strip().splitlines()[-1] for err in errors]
-  for p, err, last in zip(processes, errors, lasts):
-    assert p.returncode == 143, err[-3000:]
-    assert last.startswith('stopped by SIGTERM after step'), last
-  assert lasts[0] == lasts[1]  # the same step
-  step = lasts[0].split('after step ')[1].split(',')[0]
-  assert os.listdir(workdir / 'checkpoints') == [step]
-  # Both resume from the saved step and go on to the end of a shorter run.
-  end = int(step) + 4
-  logs = run_two_processes(*args, f'--config.train.num_steps={end}')
-  assert all(f'resuming from step {step}' in log for log in logs)
-  assert str(end) in os.listdir(workdir / 'checkpoints')
