@@ -75,10 +75,20 @@ def test_sweep_runs_each_run_once(runs):
   assert (
       os.path.getsize(os.path.join(root, 'flexible', 'metrics.jsonl')) == before
   )
-  # --mode=eval evaluates the trained runs again (same BLEU; the timing is new).
+  # --mode=eval evaluates a trained run again (same BLEU; the timing is new);
+  # --only leaves the other runs alone.
   with open(os.path.join(root, 'memory_k2', 'eval_results.json')) as f:
     first = json.load(f)
-  sweep('run', f'--sweep={runs["sweep_file"]}', f'--root={root}', '--mode=eval')
+  others = os.path.join(root, 'memory_k4', 'eval_results.json')
+  others_before = os.stat(others).st_mtime_ns
+  sweep(
+      'run',
+      f'--sweep={runs["sweep_file"]}',
+      f'--root={root}',
+      '--mode=eval',
+      '--only=memory_k2',
+  )
+  assert os.stat(others).st_mtime_ns == others_before
   with open(os.path.join(root, 'memory_k2', 'eval_results.json')) as f:
     second = json.load(f)
   assert (
@@ -86,6 +96,7 @@ def test_sweep_runs_each_run_once(runs):
       and second['checkpoint_step'] == first['checkpoint_step']
   )
   assert os.path.exists(os.path.join(root, 'logs', 'memory_k2.eval.log'))
+  assert not os.path.exists(os.path.join(root, 'logs', 'memory_k4.eval.log'))
 
 
 def test_grid_dry_run_and_shards(tmp_path):
