@@ -323,6 +323,22 @@ def test_the_performance_page_compares_attention_kinds_per_pair(tmp_path):
   row = next(line for line in text.splitlines() if line.startswith('| beam10'))
   # global / flexible per pair: 1.2, 0.9, 1.1.
   assert row == '| beam10 | 10.00 | 12.00 | x1.10 [0.90 - 1.20] |'
+  # The batches are stated: a file without sentences_per_batch predates it.
+  assert (
+      'Batches: beam search in batches of `decode.batch_size` hypotheses'
+      ' (undated).'
+      in text
+  )
+  result['date'] = '2026-11-26'
+  for side in ('this', 'other'):
+    result[side]['beam10']['sentences_per_batch'] = 64
+  (tmp_path / 'kinds_flexible_L150.json').write_text(json.dumps(result))
+  text = performance.page([str(tmp_path)])
+  assert 'Batches: 64 sentences per batch in every mode (2026-11-26).' in text
+  result['other']['beam10']['sentences_per_batch'] = 6
+  (tmp_path / 'kinds_flexible_L150.json').write_text(json.dumps(result))
+  text = performance.page([str(tmp_path)])
+  assert 'Batches: 64 vs 6 sentences per batch (2026-11-26).' in text
 
 
 def test_the_performance_page_shows_a_gpu_run_by_wall_clock(tmp_path):

@@ -116,9 +116,8 @@ def training_rows(out: str, threads: int, first: str = 'cpu') -> List[str]:
 
 
 def _loop_launches(ours) -> str:
-  """'; ~N ops in loops per step, M µs each': the loop bodies' compiled ops
-  (on a GPU each a kernel launch) times their trip counts, at the mean bucket
-  length, against the step time."""
+  """'; ~N ops in loops per step, M µs each': loop bodies' compiled ops (on a
+  GPU, kernel launches) x trip counts at the mean bucket length."""
   this = next(iter(ours.values()))
   if not this.get('loop_ops'):
     return ''
@@ -218,6 +217,7 @@ def lever_rows(out: str) -> List[str]:
           f"{other[k]['ms_per_sentence']:.2f} ms/sent"
           for k in speedup
       )
+      notes += f'; {text.decode_batching(result)}'
     rows.append(f'| {what} | {shown} | {notes} |')
   return rows
 
@@ -304,8 +304,7 @@ def _cpu_name(out: str) -> str:
 
 
 def _measured(out: str) -> str:
-  """The days of the runs ('first to last'): the bench files' dates, else
-  the newest file's time."""
+  """The runs' days ('first to last'), else the newest file's day."""
   days = [r['date'] for r in _bench_files(out) if 'date' in r]
   if days:
     first, last = min(days), max(days)
@@ -359,7 +358,8 @@ def kind_sections(out: str, where: str) -> List[str]:
     this_name = result['config']['attention']
     other_name = result['compare_config']['attention']
     parts.append(
-        f'\n## Attention: {title} ({where})\n\n{what}\n\n'
+        f'\n## Attention: {title} ({where})\n\n{what} Batches:'
+        f' {text.decode_batching(result)}.\n\n'
         f'| mode | {this_name} ms/sent | {other_name} ms/sent '
         f'| {this_name} speedup, per pair |\n|---|---:|---:|---:|'
     )

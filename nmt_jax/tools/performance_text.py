@@ -315,3 +315,24 @@ a few target positions at a time.
 
 | loss_chunk | temp MB | arguments MB | one [B, T, V] logits MB |
 |---|---:|---:|---:|"""
+
+
+def decode_batching(result) -> str:
+  """A `bench decode --compare` file's batches and day, as words.
+
+  Files from before `bench decode --sentences_per_batch` lack the field:
+  their beam search decoded `decode.batch_size` hypotheses per batch.
+  """
+
+  def sentences(side):
+    modes = [m for m in result[side].values() if isinstance(m, dict)]
+    counts = {m.get('sentences_per_batch') for m in modes}
+    return counts.pop() if len(counts) == 1 else None
+
+  this, other = sentences('this'), sentences('other')
+  day = result.get('date', 'undated')
+  if this is None or other is None:
+    return f'beam search in batches of `decode.batch_size` hypotheses ({day})'
+  if this != other:
+    return f'{this} vs {other} sentences per batch ({day})'
+  return f'{this} sentences per batch in every mode ({day})'
