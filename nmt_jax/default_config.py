@@ -233,7 +233,8 @@ def get_config(arg=None):
   # A hypothesis has at most ratio * source_length + offset tokens (incl. EOS).
   config.decode.max_length_ratio = 2.0
   config.decode.max_length_offset = 10
-  # Sentences per decoding batch (beam search uses batch_size // beam_size).
+  # Hypotheses per decoding batch: greedy search decodes batch_size
+  # sentences at a time, beam search batch_size // beam_size.
   config.decode.batch_size = 256
   # Decode each split this many times and report the fastest pass as
   # decoding time (min over repeats filters out other work on the machine;
