@@ -29,11 +29,11 @@ TFDS data: run them once with --mode=prepare (downloads the corpus).
 
 import importlib.util
 import os
-import re
 
 import ml_collections
 
 from nmt_jax import attention
+from nmt_jax import presets
 
 
 def get_config(arg=None):
@@ -67,6 +67,12 @@ def get_config(arg=None):
   # 'fitted' (the num_buckets lengths that pad the training split least,
   # from its length histogram).
   config.data.bucketing = 'even'
+  # Length-sorted training batches: each bucket's shuffled examples are cut
+  # into pools of this many batches, each pool sorted by length before it is
+  # cut into batches (the batches are then shuffled), so a batch's rows have
+  # nearly one length and its padding lies past its longest row, where
+  # model.stop_at_longest skips it. 0 = batches drawn at random.
+  config.data.sort_pool = 0
   # Batch by tokens: each bucket's batches hold as many sentences as fit in
   # this many padded tokens (a multiple of the device count).
   # 0 = train.batch_size sentences.
@@ -131,6 +137,11 @@ def get_config(arg=None):
   # Time steps per iteration of the training loops (the encoder LSTMs' and
   # the decoder's scans): fewer iterations, each with a fixed cost.
   config.model.scan_unroll = 1
+  # The training loops (the encoder LSTMs' forward and backward, the
+  # decoder's) skip the steps past the batch's longest row, at the cost of a
+  # branch per step: worth it with length-sorted batches (data.sort_pool),
+  # whose padding lies there. Same values either way.
+  config.model.stop_at_longest = False
   # Luong input feeding: htilde_{t-1} is concatenated to the decoder input.
   config.model.input_feeding = True
   # Attention query: 'current' (Luong, h_t) or 'previous' (Bahdanau, h_{t-1};
@@ -277,7 +288,7 @@ def get_config(arg=None):
   # or (N,) with N = the device count.
   config.parallel.mesh_shape = (-1,)
 
-  apply_presets(config, arg)
+  presets.apply_presets(config, arg)
   return config
 
 
@@ -293,157 +304,3 @@ def sibling_config(config_file: str, name: str, arg=None):
   module = importlib.util.module_from_spec(spec)
   spec.loader.exec_module(module)
   return module.get_config(arg)
-
-
-# ---------------------------------------------------------------- presets
-
-
-def copy(config, length: int):
-  """Britz, Guan & Luong 2017 4.1.1: the copy task at L = length."""
-  config.data.name = 'copy'
-  config.data.max_length = length
-  config.model.embed_size = config.model.hidden_size = 256
-  config.model.num_encoder_layers = config.model.num_decoder_layers = 2
-  config.model.bidirectional = 'bottom'
-  config.model.dropout = 0.2
-  config.train.batch_size = 128
-  config.train.learning_rate = 1e-4
-  config.train.num_steps = 200_000
-  config.train.eval_every = config.train.checkpoint_every = 5_000
-  config.train.log_every = 200
-  config.decode.beam_size = 10
-
-
-def chunk(config):
-  """The chunk_reverse reordering task instead of copy."""
-  config.data.name = 'chunk_reverse'
-
-
-def wmt17_de_en(config):
-  """Britz, Guan & Luong 2017 4.2.
-
-  They translate en->de: swap the languages for that.
-  """
-  config.data.name = 'tfds:wmt17_translate/de-en'
-  config.data.source_lang, config.data.target_lang = 'de', 'en'
-  config.data.max_length = 50
-  config.model.embed_size = config.model.hidden_size = 512
-  config.model.num_encoder_layers = config.model.num_decoder_layers = 2
-  config.model.dropout = 0.2
-  config.train.batch_size = 128
-  config.train.learning_rate = 1e-4
-  config.train.num_steps = 1_000_000
-  config.train.eval_every = config.train.checkpoint_every = 10_000
-  config.decode.beam_size = 10
-
-
-def rnnsearch(config):
-  """Shu & Nakayama's base model (RNNsearch, Bahdanau) at any size.
-
-  The query is h_{t-1}, the context and the previous word feed the decoder
-  LSTM (no input feeding), the concat (additive) score, one readout layer
-  before the softmax.
-  """
-  config.model.query = 'previous'
-  config.model.input_feeding = False
-  config.model.attention.score = 'concat'
-  config.model.readout = 'luong'
-  config.model.output_hidden_size = 0
-
-
-def shu_de_en(config):
-  """Shu & Nakayama 2017 5.1: RNNsearch (Bahdanau) base model on WMT'15 De-En.
-
-  One 600-unit layer before the softmax (the readout, tanh(W_c [c_t; h_t])).
-  Their encoder has 1000 units per direction; ours splits hidden_size between
-  the two directions (a documented deviation).
-  """
-  rnnsearch(config)
-  config.data.name = 'tfds:wmt15_translate/de-en'
-  config.data.source_lang, config.data.target_lang = 'de', 'en'
-  config.data.max_length = 50
-  config.model.embed_size = config.model.hidden_size = 1000
-  config.model.num_encoder_layers = config.model.num_decoder_layers = 1
-  config.model.readout_size = 600
-  # 50k-word vocabularies per side, the rest <unk>; pairs over 50 words dropped.
-  config.data.vocab.kind = 'word'
-  config.data.vocab.size = 50_000
-  config.data.vocab.shared = False
-  config.model.attention.sigma = 1.5
-  config.model.dropout = 0.0
-  config.train.batch_size = 64
-  config.train.learning_rate = 1e-4
-  config.train.schedule = 'halve'
-  config.train.halve_from_epoch = 4
-  config.train.clip_norm = 3.0
-  config.train.num_steps = 360_000  # ~6 epochs of 3.8M pairs at batch 64
-  config.train.eval_every = config.train.checkpoint_every = 10_000
-  config.decode.beam_size = 20
-
-
-def luong_sgd(config):
-  """Luong, Pham & Manning 2015's training recipe on top of any model.
-
-  Plain SGD at learning rate 1.0, halved every epoch after epoch 5, 10
-  epochs, gradient norm clipped at 5, batch 128. (Their uniform [-0.1, 0.1]
-  initialisation is not reproduced: parameters keep the model's initialisers.)
-  """
-  config.train.optimizer = 'sgd'
-  config.train.learning_rate = 1.0
-  config.train.schedule = 'halve'
-  config.train.halve_from_epoch = 6
-  config.train.num_epochs = 10.0
-  config.train.clip_norm = 5.0
-  config.train.batch_size = 128
-  config.train.warmup_steps = 0
-
-
-def tiny(config):
-  """A test-sized model (16 units, 4 steps) for the test suite."""
-  config.data.max_length = 8
-  config.data.num_symbols = 6
-  config.data.num_train = 512
-  config.data.num_eval = 32
-  config.data.num_buckets = 2
-  config.model.embed_size = config.model.hidden_size = 16
-  config.model.num_encoder_layers = config.model.num_decoder_layers = 1
-  config.model.dropout = 0.0
-  config.model.attention.num_memory = 4
-  config.model.attention.window = 2
-  config.train.num_steps = 4
-  config.train.batch_size = 8
-  config.train.log_every = config.train.eval_every = 2
-  config.train.checkpoint_every = 2
-  config.train.eval_num_sentences = 32
-  config.decode.beam_size = 2
-  config.decode.batch_size = 16
-
-
-# name -> preset(config); 'copyN' passes N as a second argument.
-PRESETS = {
-    'copyN': copy,
-    'chunk': chunk,
-    'wmt17_de_en': wmt17_de_en,
-    'rnnsearch': rnnsearch,
-    'shu_de_en': shu_de_en,
-    'luong_sgd': luong_sgd,
-    'tiny': tiny,
-}
-
-
-def apply_presets(config, arg):
-  """Applies the comma-separated presets of `arg` in order."""
-  for name in (arg or '').split(','):
-    name = name.strip()
-    numbered = re.fullmatch(r'([a-z_]+?)(\d+)', name)
-    if not name:
-      continue
-    if name in PRESETS:
-      PRESETS[name](config)
-    elif numbered and f'{numbered.group(1)}N' in PRESETS:
-      PRESETS[f'{numbered.group(1)}N'](config, int(numbered.group(2)))
-    else:
-      raise ValueError(
-          f'unknown config preset {name!r}: use one of {", ".join(PRESETS)} '
-          '(e.g. --config=configs/global_general.py:copy100)'
-      )

@@ -9,8 +9,8 @@ The math is the standard LSTM with gate order (i, f, g, o):
   c' = sigmoid(f) * c + sigmoid(i) * tanh(g);   h' = sigmoid(o) * tanh(c')
 
 (tests/test_lstm.py checks it against flax's `nn.LSTMCell`). The
-decoder's stack runs one step at a time (`StackedLSTMCell`), its inputs
-depending on the previous step's output.
+decoder's stack runs one step at a time (nmt_jax/decoder_cell.py), its
+inputs depending on the previous step's output.
 """
 
 import functools
@@ -109,8 +109,15 @@ def lstm_update(carry: Carry, gates: jax.Array) -> Carry:
   return c, s[..., 3, :] * jnp.tanh(c)
 
 
-@functools.partial(jax.custom_vjp, nondiff_argnums=(3, 4))
-def lstm_recurrence(x_gates, w_h, valid, explicit_weight_grads=True, unroll=1):
+@functools.partial(jax.custom_vjp, nondiff_argnums=(3, 4, 5))
+def lstm_recurrence(
+    x_gates,
+    w_h,
+    valid,
+    explicit_weight_grads=True,
+    unroll=1,
+    stop_at_longest=False,
+):
   """The recurrence of an LSTM layer over time, from zero initial state.
 
   Args:
@@ -121,16 +128,45 @@ def lstm_recurrence(x_gates, w_h, valid, explicit_weight_grads=True, unroll=1):
     explicit_weight_grads: dW_h by `weight_grad(..., explicit=True)`.
     unroll: steps per iteration of the forward and backward loops
       (`jax.lax.scan`'s unroll; the same values, fewer loop iterations).
+    stop_at_longest: under differentiation too, the steps past the batch's
+      longest row do nothing (their outputs are zeros): with length-sorted
+      batches most of a bucket's padding lies there.
   Returns:
     outputs [T, B, H] (h of every step), final carry (c, h) [B, H].
 
   The hand-written backward (below) keeps the per-step loop to one GEMM and a
   broadcast multiply; autodiff's loop body is ~3x slower on XLA:CPU. Outside
-  differentiation (encoding for decoding) the loop stops after the batch's
-  longest row: outputs past it are zeros.
+  differentiation (encoding for decoding) the loop always stops after the
+  batch's longest row: outputs past it are zeros.
   """
-  del explicit_weight_grads, unroll
+  del explicit_weight_grads, unroll, stop_at_longest
   return _recurrence_to_longest(x_gates, w_h, valid)
+
+
+def longest_row(valid):
+  """The number of steps up to the batch's longest row: valid [T, B, 1] -> []."""
+  return jnp.max(jnp.sum(valid, axis=0)).astype(jnp.int32)
+
+
+def steps_up_to(last, step):
+  """A scan body over (t, xs): `step(carry, xs)` at steps t < last.
+
+  At steps t >= last the carry passes through unchanged and the outputs are
+  zeros shaped as `step`'s. last=None: `step` at every step.
+  """
+
+  def skip(carry, xs):
+    _, shapes = jax.eval_shape(step, carry, xs)
+    zeros = lambda s: jnp.zeros(s.shape, s.dtype)
+    return carry, jax.tree_util.tree_map(zeros, shapes)
+
+  def body(carry, t_xs):
+    t, xs = t_xs
+    if last is None:
+      return step(carry, xs)
+    return jax.lax.cond(t < last, step, skip, carry, xs)
+
+  return body
 
 
 def _lstm_step(gates_t, w_h, valid_t, carry):
@@ -150,7 +186,7 @@ def _recurrence_to_longest(x_gates, w_h, valid):
   Steps past it (a length bucket's padding) cost nothing here.
   """
   steps, batch, h_size = x_gates.shape[0], x_gates.shape[1], w_h.shape[0]
-  last = jnp.max(jnp.sum(valid, axis=0)).astype(jnp.int32)
+  last = longest_row(valid)
 
   def body(state):
     t, carry, outputs = state
@@ -168,24 +204,30 @@ def _recurrence_to_longest(x_gates, w_h, valid):
   return outputs, carry
 
 
-def _recurrence_forward(x_gates, w_h, valid, unroll):
+def _recurrence_forward(x_gates, w_h, valid, unroll, stop_at_longest):
   def step(carry, inputs):
     gates_t, valid_t = inputs
     new_carry, h_new, (s, g, tanh_c) = _lstm_step(gates_t, w_h, valid_t, carry)
     c, h = carry
     return new_carry, (h_new, (h, c, s, g, tanh_c))
 
-  batch, h_size = x_gates.shape[1], w_h.shape[0]
+  steps, batch, h_size = x_gates.shape[0], x_gates.shape[1], w_h.shape[0]
+  last = longest_row(valid) if stop_at_longest else None
   zeros = jnp.zeros((batch, h_size), x_gates.dtype)
   carry, (outputs, residuals) = jax.lax.scan(
-      step, (zeros, zeros), (x_gates, valid), unroll=unroll
+      steps_up_to(last, step),
+      (zeros, zeros),
+      (jnp.arange(steps), (x_gates, valid)),
+      unroll=unroll,
   )
   return (outputs, carry), residuals
 
 
-def _recurrence_fwd(x_gates, w_h, valid, explicit_weight_grads, unroll):
+def _recurrence_fwd(
+    x_gates, w_h, valid, explicit_weight_grads, unroll, stop_at_longest
+):
   (outputs, carry), (h_prev, c_prev, s, g, tanh_c) = _recurrence_forward(
-      x_gates, w_h, valid, unroll
+      x_gates, w_h, valid, unroll, stop_at_longest
   )
   # All steps at once: d z_t = select(gate == o, dh_t, dc_t) * multipliers_t.
   gate = jnp.arange(4)[:, None]  # [4, 1]
@@ -205,7 +247,9 @@ def _recurrence_fwd(x_gates, w_h, valid, explicit_weight_grads, unroll):
   return (outputs, carry), (w_h, valid, h_prev, multipliers, dc_from_h, f)
 
 
-def _recurrence_bwd(explicit_weight_grads, unroll, residuals, cotangents):
+def _recurrence_bwd(
+    explicit_weight_grads, unroll, stop_at_longest, residuals, cotangents
+):
   w_h, valid, h_prev, multipliers, dc_from_h, f = residuals
   d_outputs, (dc_final, dh_final) = cotangents
   gate = jnp.arange(4)[:, None]
@@ -222,10 +266,12 @@ def _recurrence_bwd(explicit_weight_grads, unroll, residuals, cotangents):
     dc_prev = dc * f_t + (1 - valid_t) * dc_carry
     return (dc_prev, dh_prev), dz
 
+  steps = valid.shape[0]
+  last = longest_row(valid) if stop_at_longest else None
   _, dz = jax.lax.scan(
-      step,
+      steps_up_to(last, step),
       (dc_final, dh_final),
-      (d_outputs, valid, multipliers, dc_from_h, f),
+      (jnp.arange(steps), (d_outputs, valid, multipliers, dc_from_h, f)),
       reverse=True,
       unroll=unroll,
   )
@@ -295,6 +341,7 @@ class LSTM(nn.Module):
   reverse: bool = False
   explicit_weight_grads: bool = True  # see weight_grad
   unroll: int = 1  # see lstm_recurrence
+  stop_at_longest: bool = False  # see lstm_recurrence
 
   @nn.compact
   def __call__(self, x: jax.Array, lengths: jax.Array, vocabulary=None):
@@ -328,7 +375,12 @@ class LSTM(nn.Module):
     )
     # [T, B, H]
     outputs, carry = lstm_recurrence(
-        x_gates, w_h, valid, self.explicit_weight_grads, self.unroll
+        x_gates,
+        w_h,
+        valid,
+        self.explicit_weight_grads,
+        self.unroll,
+        self.stop_at_longest,
     )
     if self.reverse:
       outputs = reverse_padded(outputs, lengths)
@@ -342,6 +394,7 @@ class BiLSTM(nn.Module):
   forget_bias: float = 1.0
   explicit_weight_grads: bool = True
   unroll: int = 1  # see lstm_recurrence
+  stop_at_longest: bool = False  # see lstm_recurrence
 
   @nn.compact
   def __call__(self, x, lengths, vocabulary=None):
@@ -350,101 +403,17 @@ class BiLSTM(nn.Module):
     Each is the forward and backward halves concatenated (fwd ++ bwd).
     `vocabulary`: see LSTM.
     """
-    half = self.features // 2
-    fast = self.explicit_weight_grads
-    out_f, (c_f, h_f) = LSTM(
-        half,
+    direction = functools.partial(
+        LSTM,
+        self.features // 2,
         self.forget_bias,
-        explicit_weight_grads=fast,
+        explicit_weight_grads=self.explicit_weight_grads,
         unroll=self.unroll,
-        name='forward',
-    )(x, lengths, vocabulary)
-    out_b, (c_b, h_b) = LSTM(
-        half,
-        self.forget_bias,
-        reverse=True,
-        explicit_weight_grads=fast,
-        unroll=self.unroll,
-        name='backward',
-    )(x, lengths, vocabulary)
+        stop_at_longest=self.stop_at_longest,
+    )
+    out_f, (c_f, h_f) = direction(name='forward')(x, lengths, vocabulary)
+    out_b, (c_b, h_b) = direction(reverse=True, name='backward')(
+        x, lengths, vocabulary
+    )
     carry = (jnp.concatenate([c_f, c_b], -1), jnp.concatenate([h_f, h_b], -1))
     return jnp.concatenate([out_f, out_b], -1), carry
-
-
-def stacked_kernel_init(num_input_rows):
-  """Initializer of a stacked [in + H, 4H] kernel.
-
-  lecun_normal for the input rows, orthogonal for the H recurrent rows.
-  """
-
-  def init(key, shape, dtype=jnp.float32):
-    k_in, k_rec = jax.random.split(key)
-    rows = [
-        nn.initializers.orthogonal()(
-            k_rec, (shape[0] - num_input_rows, shape[1]), dtype
-        )
-    ]
-    if num_input_rows:
-      rows.insert(
-          0,
-          nn.initializers.lecun_normal()(
-              k_in, (num_input_rows, shape[1]), dtype
-          ),
-      )
-    return jnp.concatenate(rows, axis=0)
-
-  return init
-
-
-class StackedLSTMCell(nn.Module):
-  """One step of the decoder's LSTM stack.
-
-  Layer 0 receives its embedding gates precomputed (`x_gates`, hoisted out of
-  the time loop) and the per-step inputs `extra` (input feeding, context).
-  With `probes` (see nmt_jax/hoisting.py) the kernels' gradients are left to the
-  caller.
-  """
-
-  features: int
-  num_layers: int
-  dropout: float
-  forget_bias: float
-  explicit_weight_grads: bool = True  # see weight_grad
-
-  @nn.compact
-  def __call__(self, carries, x_gates, extra, keep=None, probes=None):
-    """One step of the stack -> new carries, each kernel's input.
-
-    carries: per layer (c, h) [B, H]; x_gates [B, 4H]; extra: list of [B, *];
-    keep: None (no dropout) or the dropout keep masks [B, H] of the inputs
-    of layers 1.. ('layer_1', ...); probes: None or per layer [B, 4H]. The
-    kernels' inputs are per layer [B, in + H].
-    """
-    h_size = self.features
-    new, kernel_inputs = [], []
-    for layer in range(self.num_layers):
-      carry = carries[layer]
-      if layer == 0:
-        # [B, in + H]
-        inputs = jnp.concatenate(list(extra) + [carry[1]], axis=-1)
-        bias = x_gates
-      else:
-        below = dropout(
-            new[-1][1], keep and keep[f'layer_{layer}'], self.dropout
-        )
-        inputs = jnp.concatenate([below, carry[1]], axis=-1)  # [B, 2H]
-        bias = self.param(
-            f'bias_{layer}',
-            forget_bias_init(h_size, self.forget_bias),
-            (4 * h_size,),
-        )
-      kernel = self.param(
-          f'kernel_{layer}',
-          stacked_kernel_init(inputs.shape[-1] - h_size),
-          (inputs.shape[-1], 4 * h_size),
-      )
-      probe = None if probes is None else probes[layer]
-      gates = project(inputs, kernel, self.explicit_weight_grads, probe)
-      new.append(lstm_update(carry, gates + bias))
-      kernel_inputs.append(inputs)
-    return tuple(new), kernel_inputs

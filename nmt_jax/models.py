@@ -1,8 +1,8 @@
 """LSTM encoder-decoder with one attention kind of `nmt_jax.attention`.
 
-Encoder: embeddings, a stack of LSTM layers (the bottom one, or all,
-bidirectional), dropout between layers; its top-layer states hbar_s are the
-memory the attention kinds read. Decoder: embeddings, a stack of LSTM layers
+Encoder (nmt_jax/encoder.py): embeddings, a stack of LSTM layers (the bottom
+one, or all, bidirectional), dropout between layers; its top-layer states
+hbar_s are the memory the attention kinds read. Decoder: embeddings, a stack of LSTM layers
 initialised from the encoder (bridge), optional input feeding of
 htilde_{t-1}, a readout htilde_t, an optional extra hidden layer, and
 p(y_t) = softmax(W_s htilde_t). The query is h_t (Luong,
@@ -27,6 +27,8 @@ import jax
 import jax.numpy as jnp
 
 from nmt_jax import attention as attention_lib
+from nmt_jax import decoder_cell
+from nmt_jax import encoder as encoder_lib
 from nmt_jax import hoisting
 from nmt_jax import lstm
 from nmt_jax import precision
@@ -41,44 +43,6 @@ class DecoderState:
   feed: jax.Array  # [B, H] attentional state htilde_{t-1} (input feeding)
   attention: Any  # the attention kind's state (dict)
   t: jax.Array  # [B] int32 index of the next target token
-
-
-class Encoder(nn.Module):
-  """Embeddings and a stack of (bi)LSTM layers with dropout between layers."""
-
-  config: Any  # model
-  vocab_size: int
-
-  @nn.compact
-  def __call__(self, source, lengths, train=False):
-    """source [B, S] int -> memory [B, S, H], per-layer final (c, h) [B, H]."""
-    cfg = self.config
-    # Time-major inside: the LSTM scans need [S, B, ...], and transposing the
-    # ids is cheaper than transposing every layer's activations.
-    embed = nn.Embed(self.vocab_size, cfg.embed_size, name='embed')
-    x, vocabulary = source.T, None  # [S, B] ids
-    if lstm.uses_gate_table(cfg, self.vocab_size, source.size, train):
-      vocabulary = embed.embedding  # layer 0 looks its input gates up
-    else:
-      x = embed(x)  # [S, B, E]
-    finals = []
-    for layer in range(cfg.num_encoder_layers):
-      if vocabulary is None:
-        x = nn.Dropout(cfg.dropout)(x, deterministic=not train)
-      bidirectional = cfg.bidirectional == 'all' or (
-          cfg.bidirectional == 'bottom' and layer == 0
-      )
-      layer_class = lstm.BiLSTM if bidirectional else lstm.LSTM
-      x, final = layer_class(
-          cfg.hidden_size,
-          cfg.forget_bias,
-          explicit_weight_grads=cfg.explicit_weight_grads,
-          unroll=cfg.scan_unroll,
-          name=f'layer_{layer}',
-      )(x, lengths, vocabulary)
-      vocabulary = None
-      finals.append(final)
-    return jnp.swapaxes(x, 0, 1), finals  # [B, S, H]
 
 
 class Decoder(nn.Module):
@@ -97,7 +61,7 @@ class Decoder(nn.Module):
         cfg.explicit_weight_grads,
         bias_init=lstm.forget_bias_init(h_size, cfg.forget_bias),
     )
-    self.cell = lstm.StackedLSTMCell(
+    self.cell = decoder_cell.StackedLSTMCell(
         h_size,
         cfg.num_decoder_layers,
         cfg.dropout,
@@ -285,7 +249,7 @@ class Decoder(nn.Module):
 
     htilde is the softmax layer's input (`logits` maps it to [B, T, V]).
     """
-    # Time-major inside (see Encoder); only htilde [T, B, H] is transposed back.
+    # Time-major inside (see encoder.py); only htilde [T, B, H] is transposed back.
     # [T, B, E]
     emb = self.dropout(self.embed(target_in.T), deterministic=not train)
     if lstm.uses_gate_table(
@@ -298,6 +262,10 @@ class Decoder(nn.Module):
       words = self.token_features(emb)  # [T, B, ...] each
     length, batch = target_in.shape[::-1]
     keep = self.dropout_masks(length, batch, train)
+    active = None  # [T] bool: the steps up to the longest row, or None (all)
+    if self.config.stop_at_longest and not self.is_initializing():
+      last = jnp.max(jnp.sum(target_in != PAD, axis=1))
+      active = jnp.arange(length) < last
     loop = functools.partial(
         Decoder.loop, train=train, with_weights=with_weights
     )
@@ -308,30 +276,45 @@ class Decoder(nn.Module):
           emb.dtype,
           self.config.explicit_weight_grads,
       )
-      htildes, diagnostics = loop(self, cache, state, emb, words, keep)
+      htildes, diagnostics = loop(self, cache, state, emb, words, keep, active)
     else:
       (htildes, diagnostics), _ = loop(
-          self, cache, state, emb, words, keep, None
+          self, cache, state, emb, words, keep, active, None
       )
     batch_major = lambda x: jnp.swapaxes(x, 0, 1)
     return batch_major(htildes), jax.tree_util.tree_map(
         batch_major, diagnostics
     )
 
-  def loop(self, cache, state, emb, words, keep, probes, train, with_weights):
+  def loop(
+      self, cache, state, emb, words, keep, active, probes, train, with_weights
+  ):
     """`step` over time-major emb [T, B, E] and its words [T, B, ...].
 
-    keep: None or the dropout masks [T, B, ...] of `dropout_masks`.
+    keep: None or the dropout masks [T, B, ...] of `dropout_masks`. active:
+    None or [T] bool, False at steps past every row's end: those leave the
+    state as it is and output zeros, at the cost of a branch.
     -> (htilde [T, B, H], diagnostics [T, B, ...]), the hoisted kernels'
     inputs [T, B, in] ({} when `probes`, [T, B, out] each, is None).
     """
 
+    xs = (emb, words, keep, probes)
+    skipped = active is not None and self._zero_step(
+        cache, state, xs, train, with_weights
+    )
+
     def body(mdl, carry, xs):
-      emb_t, words_t, keep_t, probes_t = xs
-      carry, htilde, diagnostics, records = mdl.step(
-          carry, cache, emb_t, words_t, train, with_weights, keep_t, probes_t
-      )
-      return carry, (htilde, diagnostics, records)
+      emb_t, words_t, keep_t, probes_t, active_t = xs
+
+      def run(mdl, carry):
+        carry, htilde, diagnostics, records = mdl.step(
+            carry, cache, emb_t, words_t, train, with_weights, keep_t, probes_t
+        )
+        return carry, (htilde, diagnostics, records)
+
+      if active_t is None:
+        return run(mdl, carry)
+      return nn.cond(active_t, run, lambda _, c: (c, skipped()), mdl, carry)
 
     scan = nn.scan(
         body,
@@ -339,10 +322,42 @@ class Decoder(nn.Module):
         split_rngs={'params': False, 'dropout': True},
         unroll=self.config.scan_unroll,
     )
-    _, (htildes, diagnostics, records) = scan(
-        self, state, (emb, words, keep, probes)
-    )
+    _, (htildes, diagnostics, records) = scan(self, state, xs + (active,))
     return (htildes, diagnostics), records
+
+  def _zero_step(self, cache, state, xs, train, with_weights):
+    """() -> zeros shaped as a step's (htilde, diagnostics, records).
+
+    The shapes come from an abstract evaluation of `step` outside the loop:
+    tracing the step inside the skipping branch would make that branch
+    carry the step's residuals for the backward pass.
+    """
+    decoder = self.clone(parent=None)
+    emb_t, words_t, keep_t, probes_t = jax.tree_util.tree_map(
+        lambda x: x[0], xs
+    )
+
+    def step(variables, state, cache, emb_t, words_t, keep_t, probes_t):
+      _, htilde, diagnostics, records = decoder.apply(
+          variables,
+          state,
+          cache,
+          emb_t,
+          words_t,
+          train,
+          with_weights,
+          keep_t,
+          probes_t,
+          method=Decoder.step,
+      )
+      return htilde, diagnostics, records
+
+    shapes = jax.eval_shape(
+        step, self.variables, state, cache, emb_t, words_t, keep_t, probes_t
+    )
+    return lambda: jax.tree_util.tree_map(
+        lambda s: jnp.zeros(s.shape, s.dtype), shapes
+    )
 
   def dropout_masks(self, length, batch, train):
     """Keep masks [T, B, width] of the dropout inside the loop, or None
@@ -416,7 +431,7 @@ class Seq2Seq(nn.Module):
     return super().apply(dict(variables, params=params), *args, **kwargs)
 
   def setup(self):
-    self.encoder = Encoder(self.config, self.source_vocab_size)
+    self.encoder = encoder_lib.Encoder(self.config, self.source_vocab_size)
     self.decoder = Decoder(self.config, self.target_vocab_size)
 
   def encode(self, source, train=False):

@@ -63,6 +63,7 @@ NON_NEGATIVE = (
     'model.readout_size',
     'model.dropout',
     'data.batch_tokens',
+    'data.sort_pool',
     'data.vocab.target_size',
 )
 CHOICES = {
