@@ -181,11 +181,6 @@ if part levers; then
     --compare.model.explicit_weight_grads=false
   bench train 50 1 lever_hoist_weight_grads --repeats=3 "${OTHER[@]}" \
     --compare.model.hoist_weight_grads=false
-  # Padding past each batch's longest row, skipped; and the skip alone.
-  bench train 50 1 lever_sort_pool_stop --repeats=3 "${OTHER[@]}" \
-    --config.data.sort_pool=100 --config.model.stop_at_longest=true
-  bench train 50 1 lever_stop_at_longest --repeats=3 "${OTHER[@]}" \
-    --config.model.stop_at_longest=true
   bench train 50 1 lever_dropout_rng --repeats=5 "${OTHER[@]}" \
     --config.train.dropout_rng=philox2x32
   # The allocator is set per process: separate processes, alternating.

@@ -67,12 +67,6 @@ def get_config(arg=None):
   # 'fitted' (the num_buckets lengths that pad the training split least,
   # from its length histogram).
   config.data.bucketing = 'even'
-  # Length-sorted training batches: each bucket's shuffled examples are cut
-  # into pools of this many batches, each pool sorted by length before it is
-  # cut into batches (the batches are then shuffled), so a batch's rows have
-  # nearly one length and its padding lies past its longest row, where
-  # model.stop_at_longest skips it. 0 = batches drawn at random.
-  config.data.sort_pool = 0
   # Batch by tokens: each bucket's batches hold as many sentences as fit in
   # this many padded tokens (a multiple of the device count).
   # 0 = train.batch_size sentences.
@@ -137,11 +131,6 @@ def get_config(arg=None):
   # Time steps per iteration of the training loops (the encoder LSTMs' and
   # the decoder's scans): fewer iterations, each with a fixed cost.
   config.model.scan_unroll = 1
-  # The training loops (the encoder LSTMs' forward and backward, the
-  # decoder's) skip the steps past the batch's longest row, at the cost of a
-  # branch per step: worth it with length-sorted batches (data.sort_pool),
-  # whose padding lies there. Same values either way.
-  config.model.stop_at_longest = False
   # Luong input feeding: htilde_{t-1} is concatenated to the decoder input.
   config.model.input_feeding = True
   # Attention query: 'current' (Luong, h_t) or 'previous' (Bahdanau, h_{t-1};

@@ -44,7 +44,6 @@ class Encoder(nn.Module):
           cfg.forget_bias,
           explicit_weight_grads=cfg.explicit_weight_grads,
           unroll=cfg.scan_unroll,
-          stop_at_longest=cfg.stop_at_longest,
           name=f'layer_{layer}',
       )(x, lengths, vocabulary)
       vocabulary = None

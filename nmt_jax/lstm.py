@@ -109,15 +109,8 @@ def lstm_update(carry: Carry, gates: jax.Array) -> Carry:
   return c, s[..., 3, :] * jnp.tanh(c)
 
 
-@functools.partial(jax.custom_vjp, nondiff_argnums=(3, 4, 5))
-def lstm_recurrence(
-    x_gates,
-    w_h,
-    valid,
-    explicit_weight_grads=True,
-    unroll=1,
-    stop_at_longest=False,
-):
+@functools.partial(jax.custom_vjp, nondiff_argnums=(3, 4))
+def lstm_recurrence(x_gates, w_h, valid, explicit_weight_grads=True, unroll=1):
   """The recurrence of an LSTM layer over time, from zero initial state.
 
   Args:
@@ -128,45 +121,16 @@ def lstm_recurrence(
     explicit_weight_grads: dW_h by `weight_grad(..., explicit=True)`.
     unroll: steps per iteration of the forward and backward loops
       (`jax.lax.scan`'s unroll; the same values, fewer loop iterations).
-    stop_at_longest: under differentiation too, the steps past the batch's
-      longest row do nothing (their outputs are zeros): with length-sorted
-      batches most of a bucket's padding lies there.
   Returns:
     outputs [T, B, H] (h of every step), final carry (c, h) [B, H].
 
   The hand-written backward (below) keeps the per-step loop to one GEMM and a
   broadcast multiply; autodiff's loop body is ~3x slower on XLA:CPU. Outside
-  differentiation (encoding for decoding) the loop always stops after the
-  batch's longest row: outputs past it are zeros.
+  differentiation (encoding for decoding) the loop stops after the batch's
+  longest row: outputs past it are zeros.
   """
-  del explicit_weight_grads, unroll, stop_at_longest
+  del explicit_weight_grads, unroll
   return _recurrence_to_longest(x_gates, w_h, valid)
-
-
-def longest_row(valid):
-  """The number of steps up to the batch's longest row: valid [T, B, 1] -> []."""
-  return jnp.max(jnp.sum(valid, axis=0)).astype(jnp.int32)
-
-
-def steps_up_to(last, step):
-  """A scan body over (t, xs): `step(carry, xs)` at steps t < last.
-
-  At steps t >= last the carry passes through unchanged and the outputs are
-  zeros shaped as `step`'s. last=None: `step` at every step.
-  """
-
-  def skip(carry, xs):
-    _, shapes = jax.eval_shape(step, carry, xs)
-    zeros = lambda s: jnp.zeros(s.shape, s.dtype)
-    return carry, jax.tree_util.tree_map(zeros, shapes)
-
-  def body(carry, t_xs):
-    t, xs = t_xs
-    if last is None:
-      return step(carry, xs)
-    return jax.lax.cond(t < last, step, skip, carry, xs)
-
-  return body
 
 
 def _lstm_step(gates_t, w_h, valid_t, carry):
@@ -186,7 +150,7 @@ def _recurrence_to_longest(x_gates, w_h, valid):
   Steps past it (a length bucket's padding) cost nothing here.
   """
   steps, batch, h_size = x_gates.shape[0], x_gates.shape[1], w_h.shape[0]
-  last = longest_row(valid)
+  last = jnp.max(jnp.sum(valid, axis=0)).astype(jnp.int32)
 
   def body(state):
     t, carry, outputs = state
@@ -204,30 +168,24 @@ def _recurrence_to_longest(x_gates, w_h, valid):
   return outputs, carry
 
 
-def _recurrence_forward(x_gates, w_h, valid, unroll, stop_at_longest):
+def _recurrence_forward(x_gates, w_h, valid, unroll):
   def step(carry, inputs):
     gates_t, valid_t = inputs
     new_carry, h_new, (s, g, tanh_c) = _lstm_step(gates_t, w_h, valid_t, carry)
     c, h = carry
     return new_carry, (h_new, (h, c, s, g, tanh_c))
 
-  steps, batch, h_size = x_gates.shape[0], x_gates.shape[1], w_h.shape[0]
-  last = longest_row(valid) if stop_at_longest else None
+  batch, h_size = x_gates.shape[1], w_h.shape[0]
   zeros = jnp.zeros((batch, h_size), x_gates.dtype)
   carry, (outputs, residuals) = jax.lax.scan(
-      steps_up_to(last, step),
-      (zeros, zeros),
-      (jnp.arange(steps), (x_gates, valid)),
-      unroll=unroll,
+      step, (zeros, zeros), (x_gates, valid), unroll=unroll
   )
   return (outputs, carry), residuals
 
 
-def _recurrence_fwd(
-    x_gates, w_h, valid, explicit_weight_grads, unroll, stop_at_longest
-):
+def _recurrence_fwd(x_gates, w_h, valid, explicit_weight_grads, unroll):
   (outputs, carry), (h_prev, c_prev, s, g, tanh_c) = _recurrence_forward(
-      x_gates, w_h, valid, unroll, stop_at_longest
+      x_gates, w_h, valid, unroll
   )
   # All steps at once: d z_t = select(gate == o, dh_t, dc_t) * multipliers_t.
   gate = jnp.arange(4)[:, None]  # [4, 1]
@@ -247,9 +205,7 @@ def _recurrence_fwd(
   return (outputs, carry), (w_h, valid, h_prev, multipliers, dc_from_h, f)
 
 
-def _recurrence_bwd(
-    explicit_weight_grads, unroll, stop_at_longest, residuals, cotangents
-):
+def _recurrence_bwd(explicit_weight_grads, unroll, residuals, cotangents):
   w_h, valid, h_prev, multipliers, dc_from_h, f = residuals
   d_outputs, (dc_final, dh_final) = cotangents
   gate = jnp.arange(4)[:, None]
@@ -266,12 +222,10 @@ def _recurrence_bwd(
     dc_prev = dc * f_t + (1 - valid_t) * dc_carry
     return (dc_prev, dh_prev), dz
 
-  steps = valid.shape[0]
-  last = longest_row(valid) if stop_at_longest else None
   _, dz = jax.lax.scan(
-      steps_up_to(last, step),
+      step,
       (dc_final, dh_final),
-      (jnp.arange(steps), (d_outputs, valid, multipliers, dc_from_h, f)),
+      (d_outputs, valid, multipliers, dc_from_h, f),
       reverse=True,
       unroll=unroll,
   )
@@ -341,7 +295,6 @@ class LSTM(nn.Module):
   reverse: bool = False
   explicit_weight_grads: bool = True  # see weight_grad
   unroll: int = 1  # see lstm_recurrence
-  stop_at_longest: bool = False  # see lstm_recurrence
 
   @nn.compact
   def __call__(self, x: jax.Array, lengths: jax.Array, vocabulary=None):
@@ -375,12 +328,7 @@ class LSTM(nn.Module):
     )
     # [T, B, H]
     outputs, carry = lstm_recurrence(
-        x_gates,
-        w_h,
-        valid,
-        self.explicit_weight_grads,
-        self.unroll,
-        self.stop_at_longest,
+        x_gates, w_h, valid, self.explicit_weight_grads, self.unroll
     )
     if self.reverse:
       outputs = reverse_padded(outputs, lengths)
@@ -394,7 +342,6 @@ class BiLSTM(nn.Module):
   forget_bias: float = 1.0
   explicit_weight_grads: bool = True
   unroll: int = 1  # see lstm_recurrence
-  stop_at_longest: bool = False  # see lstm_recurrence
 
   @nn.compact
   def __call__(self, x, lengths, vocabulary=None):
@@ -403,17 +350,22 @@ class BiLSTM(nn.Module):
     Each is the forward and backward halves concatenated (fwd ++ bwd).
     `vocabulary`: see LSTM.
     """
-    direction = functools.partial(
-        LSTM,
-        self.features // 2,
+    half = self.features // 2
+    fast = self.explicit_weight_grads
+    out_f, (c_f, h_f) = LSTM(
+        half,
         self.forget_bias,
-        explicit_weight_grads=self.explicit_weight_grads,
+        explicit_weight_grads=fast,
         unroll=self.unroll,
-        stop_at_longest=self.stop_at_longest,
-    )
-    out_f, (c_f, h_f) = direction(name='forward')(x, lengths, vocabulary)
-    out_b, (c_b, h_b) = direction(reverse=True, name='backward')(
-        x, lengths, vocabulary
-    )
+        name='forward',
+    )(x, lengths, vocabulary)
+    out_b, (c_b, h_b) = LSTM(
+        half,
+        self.forget_bias,
+        reverse=True,
+        explicit_weight_grads=fast,
+        unroll=self.unroll,
+        name='backward',
+    )(x, lengths, vocabulary)
     carry = (jnp.concatenate([c_f, c_b], -1), jnp.concatenate([h_f, h_b], -1))
     return jnp.concatenate([out_f, out_b], -1), carry

@@ -262,10 +262,6 @@ class Decoder(nn.Module):
       words = self.token_features(emb)  # [T, B, ...] each
     length, batch = target_in.shape[::-1]
     keep = self.dropout_masks(length, batch, train)
-    active = None  # [T] bool: the steps up to the longest row, or None (all)
-    if self.config.stop_at_longest and not self.is_initializing():
-      last = jnp.max(jnp.sum(target_in != PAD, axis=1))
-      active = jnp.arange(length) < last
     loop = functools.partial(
         Decoder.loop, train=train, with_weights=with_weights
     )
@@ -276,45 +272,30 @@ class Decoder(nn.Module):
           emb.dtype,
           self.config.explicit_weight_grads,
       )
-      htildes, diagnostics = loop(self, cache, state, emb, words, keep, active)
+      htildes, diagnostics = loop(self, cache, state, emb, words, keep)
     else:
       (htildes, diagnostics), _ = loop(
-          self, cache, state, emb, words, keep, active, None
+          self, cache, state, emb, words, keep, None
       )
     batch_major = lambda x: jnp.swapaxes(x, 0, 1)
     return batch_major(htildes), jax.tree_util.tree_map(
         batch_major, diagnostics
     )
 
-  def loop(
-      self, cache, state, emb, words, keep, active, probes, train, with_weights
-  ):
+  def loop(self, cache, state, emb, words, keep, probes, train, with_weights):
     """`step` over time-major emb [T, B, E] and its words [T, B, ...].
 
-    keep: None or the dropout masks [T, B, ...] of `dropout_masks`. active:
-    None or [T] bool, False at steps past every row's end: those leave the
-    state as it is and output zeros, at the cost of a branch.
+    keep: None or the dropout masks [T, B, ...] of `dropout_masks`.
     -> (htilde [T, B, H], diagnostics [T, B, ...]), the hoisted kernels'
     inputs [T, B, in] ({} when `probes`, [T, B, out] each, is None).
     """
 
-    xs = (emb, words, keep, probes)
-    skipped = active is not None and self._zero_step(
-        cache, state, xs, train, with_weights
-    )
-
     def body(mdl, carry, xs):
-      emb_t, words_t, keep_t, probes_t, active_t = xs
-
-      def run(mdl, carry):
-        carry, htilde, diagnostics, records = mdl.step(
-            carry, cache, emb_t, words_t, train, with_weights, keep_t, probes_t
-        )
-        return carry, (htilde, diagnostics, records)
-
-      if active_t is None:
-        return run(mdl, carry)
-      return nn.cond(active_t, run, lambda _, c: (c, skipped()), mdl, carry)
+      emb_t, words_t, keep_t, probes_t = xs
+      carry, htilde, diagnostics, records = mdl.step(
+          carry, cache, emb_t, words_t, train, with_weights, keep_t, probes_t
+      )
+      return carry, (htilde, diagnostics, records)
 
     scan = nn.scan(
         body,
@@ -322,42 +303,10 @@ class Decoder(nn.Module):
         split_rngs={'params': False, 'dropout': True},
         unroll=self.config.scan_unroll,
     )
-    _, (htildes, diagnostics, records) = scan(self, state, xs + (active,))
+    _, (htildes, diagnostics, records) = scan(
+        self, state, (emb, words, keep, probes)
+    )
     return (htildes, diagnostics), records
-
-  def _zero_step(self, cache, state, xs, train, with_weights):
-    """() -> zeros shaped as a step's (htilde, diagnostics, records).
-
-    The shapes come from an abstract evaluation of `step` outside the loop:
-    tracing the step inside the skipping branch would make that branch
-    carry the step's residuals for the backward pass.
-    """
-    decoder = self.clone(parent=None)
-    emb_t, words_t, keep_t, probes_t = jax.tree_util.tree_map(
-        lambda x: x[0], xs
-    )
-
-    def step(variables, state, cache, emb_t, words_t, keep_t, probes_t):
-      _, htilde, diagnostics, records = decoder.apply(
-          variables,
-          state,
-          cache,
-          emb_t,
-          words_t,
-          train,
-          with_weights,
-          keep_t,
-          probes_t,
-          method=Decoder.step,
-      )
-      return htilde, diagnostics, records
-
-    shapes = jax.eval_shape(
-        step, self.variables, state, cache, emb_t, words_t, keep_t, probes_t
-    )
-    return lambda: jax.tree_util.tree_map(
-        lambda s: jnp.zeros(s.shape, s.dtype), shapes
-    )
 
   def dropout_masks(self, length, batch, train):
     """Keep masks [T, B, width] of the dropout inside the loop, or None

@@ -63,7 +63,6 @@ NON_NEGATIVE = (
     'model.readout_size',
     'model.dropout',
     'data.batch_tokens',
-    'data.sort_pool',
     'data.vocab.target_size',
 )
 CHOICES = {

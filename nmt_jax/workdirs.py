@@ -68,8 +68,7 @@ def identity_fields(config) -> Dict[str, Any]:
   Every model.* field (the attention kind's own fields only, without those
   that only steer decoding) except dropout and the speed switches (compute
   dtype, explicit_weight_grads, hoist_weight_grads, project_query,
-  scan_unroll, stop_at_longest: a float32 run can be evaluated in bfloat16
-  and back), and the
+  scan_unroll: a float32 run can be evaluated in bfloat16 and back), and the
   data fields that define the vocabularies. Flattened, JSON values.
   """
   flat = _flatten(json.loads(config.to_json_best_effort()))
@@ -98,7 +97,6 @@ def identity_fields(config) -> Dict[str, Any]:
           'model.hoist_weight_grads',
           'model.project_query',
           'model.scan_unroll',
-          'model.stop_at_longest',
       )
     return key in data_fields or key.startswith('data.vocab.')
 

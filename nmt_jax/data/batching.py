@@ -133,10 +133,8 @@ class TrainBatches:
 
   `batch(step)` is a pure function of step. Each epoch is a seeded permutation
   grouped by bucket into full batches (a bucket's last partial batch is left
-  out of that epoch), in shuffled order. With `sort_pool` each bucket's
-  examples are sorted by length in runs of that many batches before they
-  are cut into batches. `batch_size` is one size for every bucket or one
-  per bucket (see batch_sizes).
+  out of that epoch), in shuffled order. `batch_size` is one size for every
+  bucket or one per bucket (see batch_sizes).
   """
 
   def __init__(
@@ -145,9 +143,8 @@ class TrainBatches:
       batch_size,
       boundaries: Sequence[int],
       seed: int,
-      sort_pool: int = 0,
   ):
-    self.split, self.sort_pool = split, sort_pool
+    self.split = split
     self.boundaries = list(boundaries)
     self.sizes = (
         [batch_size] * len(self.boundaries)
@@ -161,7 +158,6 @@ class TrainBatches:
           f'an example of length {lengths.max()} exceeds the longest bucket '
           f'{self.boundaries[-1]}; raise data.max_length'
       )
-    self.lengths = lengths
     # bucket of each example
     self.bucket = np.searchsorted(self.boundaries, lengths)
     # Full batches per bucket do not depend on the order, so every epoch has
@@ -188,26 +184,12 @@ class TrainBatches:
       for b, size in enumerate(self.sizes):
         members = order[self.bucket[order] == b]
         full = len(members) // size * size
-        members = self._sorted_in_pools(members[:full], size)
-        batches += np.split(members, full // size) if full else []
+        batches += np.split(members[:full], full // size) if full else []
       self._cached_epoch = (
           epoch,
           [batches[i] for i in rng.permutation(len(batches))],
       )
     return self._cached_epoch[1]
-
-  def _sorted_in_pools(self, members: np.ndarray, size: int) -> np.ndarray:
-    """members (shuffled) with each run of sort_pool * size sorted by length.
-
-    A stable sort: rows of one length keep their shuffled order.
-    """
-    if not self.sort_pool:
-      return members
-    pool = self.sort_pool * size
-    return np.concatenate([
-        part[np.argsort(self.lengths[part], kind='stable')]
-        for part in np.split(members, range(pool, len(members), pool))
-    ])
 
   def examples(self, step: int, rows=slice(None)) -> Tuple[np.ndarray, int]:
     """(example indices, padded length) of `step`'s batch.
@@ -255,9 +237,7 @@ def training_batches(task: dataset.Task, config, devices: int = 1):
   boundaries, sizes = training_batch_sizes(
       config, devices, example_lengths(task.train)
   )
-  return TrainBatches(
-      task.train, sizes, boundaries, config.seed, config.data.sort_pool
-  )
+  return TrainBatches(task.train, sizes, boundaries, config.seed)
 
 
 def train_iterator(

@@ -136,8 +136,7 @@ class TrainBench:
 
   `time()` runs the next `num_steps` batches of the training stream and
   returns (seconds, real target tokens, padded target tokens, dense FLOPs,
-  CPU seconds, of which in the kernel, padded target positions past each
-  batch's longest row).
+  CPU seconds, of which in the kernel).
   """
 
   def __init__(self, config, num_steps: int, workdir: Optional[str] = None):
@@ -179,13 +178,6 @@ class TrainBench:
     kernel_seconds = cpu_seconds * kernel / (kernel + user or 1)
     real = sum(int(np.sum(b['target_out'] != 0)) for b in host)
     padded = sum(b['target_out'].size for b in host)
-    # Target positions past each batch's longest row (model.stop_at_longest
-    # skips those steps).
-    past = sum(
-        b['target_out'].shape[0]
-        * (b['target_out'].shape[1] - np.max(np.sum(b['target_out'] != 0, 1)))
-        for b in host
-    )
     flops = 3 * sum(
         dense_flops(
             self.config.model,
@@ -196,7 +188,7 @@ class TrainBench:
         )
         for b in host
     )
-    return seconds, real, padded, flops, cpu_seconds, kernel_seconds, past
+    return seconds, real, padded, flops, cpu_seconds, kernel_seconds
 
   def summary(self, results) -> Dict[str, Any]:
     """The figures of `time()`'s results: the median repetition's rates."""
@@ -213,7 +205,6 @@ class TrainBench:
         'kernel_cpu_fraction': median[5] / median[4],
         'padded_tokens_per_sec': median[2] / median[0],
         'padding_fraction': 1 - median[1] / median[2],
-        'padding_past_longest_fraction': median[6] / median[2],
         'bucket_lengths': list(self.batches.boundaries),
         'step_ms': 1000 * median[0] / self.num_steps,
         'compile_s': self.compile_s,

@@ -198,8 +198,9 @@ def lever_rows(out: str) -> List[str]:
       shown = f'x{_summary(pairs)} target tok/s'
       notes = (
           f"{this['tokens_per_sec']:,.0f} vs {other['tokens_per_sec']:,.0f} "
-          f'tok/s; padding {text.padding(this)} vs {text.padding(other)}; '
-          f"compile {this['compile_s']:.0f} vs {other['compile_s']:.0f} s"
+          f"tok/s; padding {this['padding_fraction']:.1%} vs "
+          f"{other['padding_fraction']:.1%}; compile {this['compile_s']:.0f} "
+          f"vs {other['compile_s']:.0f} s"
       )
       if 'loop_ops' in this and 'loop_ops' in other:
         notes += (

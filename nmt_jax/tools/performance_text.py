@@ -129,21 +129,6 @@ LEVERS = (
         ),
     ),
     (
-        'lever_sort_pool_stop.json',
-        (
-            'length-sorted batches (`data.sort_pool=100` batches per pool)'
-            ' and training loops that stop at the longest row'
-            ' (`model.stop_at_longest`) vs random batches, full loops'
-        ),
-    ),
-    (
-        'lever_stop_at_longest.json',
-        (
-            'training loops that stop at the longest row alone, random'
-            ' batches (`model.stop_at_longest`) vs off: the branch per step'
-        ),
-    ),
-    (
         'lever_dropout_rng.json',
         (
             'dropout masks from Philox (`train.dropout_rng=philox2x32`) vs'
@@ -330,17 +315,6 @@ a few target positions at a time.
 
 | loss_chunk | temp MB | arguments MB | one [B, T, V] logits MB |
 |---|---:|---:|---:|"""
-
-
-def padding(run) -> str:
-  """A bench train run's padding, and how much of it lies past each batch's
-  longest row where its JSON has that (from 2026-11-26 on)."""
-  shown = f"{run['padding_fraction']:.1%}"
-  if 'padding_past_longest_fraction' in run:
-    shown += (
-        f" ({run['padding_past_longest_fraction']:.1%} past the longest row)"
-    )
-  return shown
 
 
 def decode_batching(result) -> str:
