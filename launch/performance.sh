@@ -8,9 +8,9 @@
 #
 # PEER_SCRIPTS holds OpenNMT-py's benchmark wrappers (train_bench.py,
 # translate_bench.py) and PEER_WORK its copy data and configs
-# (data/L50/valid.src, runs/L50/train.yaml, ...); docs/performance.md says
-# how to make them. Without PEER_VENV the peer is skipped and its columns say
-# so. Every timed run is pinned to core $CORE (default 0) and the toolkits
+# (data/L50/valid.src, runs/L50/train.yaml, ...): launch/peer_setup.sh makes
+# them. Without PEER_VENV the peer is skipped and its columns say so.
+# Every timed run is pinned to core $CORE (default 0) and the toolkits
 # alternate, so drifting load on a shared machine reaches both alike. JSON
 # files go to OUT, and the page is written from them
 # (`python -m nmt_jax.tools.performance OUT --output=...`). --dry-run prints

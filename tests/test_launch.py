@@ -266,6 +266,8 @@ def test_multi_gpu_one_process():
         ('performance.sh', [], 'give the directory for the JSON files'),
         ('performance.sh', ['a', 'b'], "one OUT directory, not 'a' and 'b'"),
         ('performance.sh', ['a', '--frobnicate'], 'unknown argument'),
+        ('peer_setup.sh', [], 'set PEER_SCRIPTS'),
+        ('peer_setup.sh', ['--frobnicate'], "unknown argument '--frobnicate'"),
     ],
 )
 def test_argument_errors(script, args, message):
@@ -375,3 +377,60 @@ def test_the_script_writes_every_file_the_performance_page_reads(tmp_path):
       line for line in result.stdout.splitlines() if 'LD_PRELOAD' in line
   ]
   assert len(preloaded) == 6  # nmt_jax and OpenNMT-py, 3 runs each
+
+
+def _peer_setup_dry_run(tmp_path, **env):
+  scripts = tmp_path / 'scripts'
+  scripts.mkdir(exist_ok=True)
+  for f in ('gen_copy_data.py', 'make_config.py'):
+    (scripts / f).write_text('')
+  result = subprocess.run(
+      ['bash', 'launch/peer_setup.sh', '--dry-run'],
+      cwd=ROOT,
+      env=dict(
+          os.environ,
+          PEER_SCRIPTS=str(scripts),
+          PEER_VENV=str(tmp_path / 'venv'),
+          PEER_WORK=str(tmp_path / 'work'),
+          **env,
+      ),
+      capture_output=True,
+      text=True,
+      timeout=60,
+  )
+  assert result.returncode == 0, result.stderr
+  return result.stdout.splitlines(), scripts
+
+
+def test_peer_setup_builds_the_environment_and_data_performance_sh_reads(
+    tmp_path,
+):
+  lines, scripts = _peer_setup_dry_run(tmp_path, TORCH='torch==2.13.0')
+  py, work = f'{tmp_path}/venv/bin/python', f'{tmp_path}/work'
+  assert lines[:4] == [
+      f'python3 -m venv {tmp_path}/venv',
+      f'{py} -m pip install -q torch==2.13.0',
+      f'{py} -m pip install -q --no-deps opennmt-py==3.5.1',
+      (
+          f'{py} -m pip install -q configargparse pyyaml six sacrebleu'
+          " 'pyonmttok>=1.37,<2' spacy pyahocorasick rapidfuzz fasttext-wheel"
+      ),
+  ]
+  for length in (50, 100):
+    run = f'{work}/runs/L{length}'
+    assert (
+        f'{py} {scripts}/gen_copy_data.py --out {work}/data --L {length}'
+        in lines
+    )
+    assert (
+        f'{py} {scripts}/make_config.py --data {work}/data/L{length} --run'
+        f' {run} > {run}/train.yaml'
+    ) in lines
+    # launch/performance.sh checks for this file before it times the peer.
+    assert (
+        f'{tmp_path}/venv/bin/onmt_build_vocab -config {run}/train.yaml'
+        ' -n_sample -1'
+    ) in lines
+  # A machine with torch (a CUDA build) installed: the environment sees it.
+  lines, _ = _peer_setup_dry_run(tmp_path, SYSTEM_TORCH='1')
+  assert lines[0] == f'python3 -m venv --system-site-packages {tmp_path}/venv'

@@ -7,14 +7,17 @@ same model and data, and what each speed lever is worth alone. Written by
 `python -m nmt_jax.tools.performance` from the runs of one command:
 
 ```
-PEER_VENV=/tmp/peer_onmt PEER_SCRIPTS=DIR PEER_WORK=/tmp/onmt_work \\
-  bash launch/performance.sh /tmp/perf --output=docs/performance.md
+export PEER_VENV=/tmp/peer_onmt PEER_SCRIPTS=DIR PEER_WORK=/tmp/onmt_work
+bash launch/peer_setup.sh   # once: OpenNMT-py, the copy data, its configs
+bash launch/performance.sh /tmp/perf --output=docs/performance.md
 ```
 
-On a GPU machine the same command with `PLATFORM=gpu` (a CUDA build of JAX,
-and of torch in `PEER_VENV`) times both toolkits there (OpenNMT-py with
-`-gpu_ranks 0` / `-gpu 0`, cuDNN's LSTM); the page then takes both runs:
-`python -m nmt_jax.tools.performance /tmp/perf /tmp/perf_gpu`.
+On a GPU machine the same commands with `PLATFORM=gpu` (a CUDA build of
+JAX, and of torch in `PEER_VENV`: `SYSTEM_TORCH=1 bash launch/peer_setup.sh`
+where the machine has one, or `TORCH=...`) time both toolkits there
+(OpenNMT-py with `-gpu_ranks 0` / `-gpu 0`, cuDNN's LSTM); the page then
+takes both runs: `python -m nmt_jax.tools.performance /tmp/perf
+/tmp/perf_gpu`.
 
 The JSON files behind this page are kept in `docs/performance_runs/cpu/` and
 `docs/performance_runs/gpu/` (`python -m nmt_jax.tools.performance
@@ -32,7 +35,8 @@ feeding, embeddings 256, batch 128 sentences, 20 symbols, lengths uniform in
 from outside by two wrappers around `onmt_train` and `onmt_translate`
 (`PEER_SCRIPTS`: `train_bench.py`, `translate_bench.py`; `PEER_WORK`: the copy
 data and configs they read, made by their `gen_copy_data.py` and
-`make_config.py`, then `onmt_build_vocab`). OpenNMT-py 3.5.1 declares
+`make_config.py`, then `onmt_build_vocab`, all run by
+`launch/peer_setup.sh`). OpenNMT-py 3.5.1 declares
 `torch<2.3`; it trains and translates with torch 2.13 (CPU build) installed
 first and OpenNMT-py with `--no-deps` plus its import-time dependencies
 (`configargparse pyyaml six sacrebleu "pyonmttok>=1.37,<2" spacy

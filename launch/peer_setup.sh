@@ -1,0 +1,80 @@
+#!/usr/bin/env bash
+# Builds what launch/performance.sh needs to time OpenNMT-py beside nmt_jax:
+# PEER_VENV, a virtual environment with OpenNMT-py 3.5.1 and torch, and
+# PEER_WORK, the copy data (L = 50 and 100), OpenNMT-py's training configs
+# and vocabularies, from the peer's scripts in PEER_SCRIPTS
+# (gen_copy_data.py, make_config.py; train_bench.py and translate_bench.py
+# are read later by launch/performance.sh).
+#
+#   PEER_SCRIPTS=DIR PEER_VENV=/tmp/peer_onmt PEER_WORK=/tmp/onmt_work \
+#     bash launch/peer_setup.sh [--dry-run]
+#
+# OpenNMT-py 3.5.1 declares torch<2.3 but trains and translates with newer
+# torch: torch is installed first (TORCH: a pip requirement or a wheel file,
+# default "torch"; on a GPU machine a CUDA build), then OpenNMT-py with
+# --no-deps and the packages it imports. SYSTEM_TORCH=1 makes the
+# environment see the system's packages and uses the torch installed there
+# (a GPU machine that has one). Steps already done are skipped, so the
+# command can be run again after a failure. --dry-run prints the commands.
+set -euo pipefail
+
+REPO_ROOT=$(cd "$(dirname "$0")/.." && pwd)
+source "$REPO_ROOT/launch/common.sh"
+
+usage() { sed -n '2,18p' "$0" | sed 's/^# \{0,1\}//'; }
+for arg in "$@"; do
+  case $arg in
+    -h|--help) usage; exit 0 ;;
+    --dry-run) DRY_RUN=1 ;;
+    *) die "unknown argument '$arg'; see --help" ;;
+  esac
+done
+for name in PEER_SCRIPTS PEER_VENV PEER_WORK; do
+  [[ -n "${!name:-}" ]] || die "set $name (see --help)"
+done
+for f in gen_copy_data.py make_config.py; do
+  [[ -f "$PEER_SCRIPTS/$f" ]] || die "$PEER_SCRIPTS/$f not found; set PEER_SCRIPTS to the folder of OpenNMT-py's benchmark scripts"
+done
+TORCH=${TORCH:-torch}
+PY=$PEER_VENV/bin/python
+# Imported by OpenNMT-py's transforms at import time.
+ONMT_IMPORTS=(configargparse pyyaml six sacrebleu "pyonmttok>=1.37,<2" spacy
+  pyahocorasick rapidfuzz fasttext-wheel)
+
+if [[ ! -x "$PY" ]]; then
+  if [[ "${SYSTEM_TORCH:-0}" == 1 ]]; then
+    run python3 -m venv --system-site-packages "$PEER_VENV"
+  else
+    run python3 -m venv "$PEER_VENV"
+  fi
+fi
+if [[ "${SYSTEM_TORCH:-0}" == 1 ]]; then
+  [[ "$DRY_RUN" == 1 ]] || "$PY" -c 'import torch' 2>/dev/null || \
+    die "SYSTEM_TORCH=1 but $PY cannot import torch; install it, or leave SYSTEM_TORCH out and set TORCH"
+elif [[ "$DRY_RUN" == 1 ]] || ! "$PY" -c 'import torch' 2>/dev/null; then
+  run "$PY" -m pip install -q "$TORCH"
+fi
+if [[ "$DRY_RUN" == 1 ]] || ! "$PY" -c 'import onmt' 2>/dev/null; then
+  run "$PY" -m pip install -q --no-deps opennmt-py==3.5.1
+  run "$PY" -m pip install -q "${ONMT_IMPORTS[@]}"
+fi
+for L in 50 100; do
+  if [[ "$DRY_RUN" == 1 || ! -f "$PEER_WORK/data/L$L/vocab.txt" ]]; then
+    run "$PY" "$PEER_SCRIPTS/gen_copy_data.py" --out "$PEER_WORK/data" --L "$L"
+  fi
+  run mkdir -p "$PEER_WORK/runs/L$L"
+  if [[ "$DRY_RUN" == 1 || ! -f "$PEER_WORK/runs/L$L/train.yaml" ]]; then
+    if [[ "$DRY_RUN" == 1 ]]; then
+      echo "$(quote "$PY" "$PEER_SCRIPTS/make_config.py" --data "$PEER_WORK/data/L$L" \
+        --run "$PEER_WORK/runs/L$L") > $(quote "$PEER_WORK/runs/L$L/train.yaml")"
+    else
+      "$PY" "$PEER_SCRIPTS/make_config.py" --data "$PEER_WORK/data/L$L" \
+        --run "$PEER_WORK/runs/L$L" > "$PEER_WORK/runs/L$L/train.yaml.part"
+      mv "$PEER_WORK/runs/L$L/train.yaml.part" "$PEER_WORK/runs/L$L/train.yaml"
+    fi
+  fi
+  if [[ "$DRY_RUN" == 1 ]] || ! [[ -f "$PEER_WORK/runs/L$L/vocab.src" && -f "$PEER_WORK/runs/L$L/vocab.tgt" ]]; then
+    run "$PEER_VENV/bin/onmt_build_vocab" -config "$PEER_WORK/runs/L$L/train.yaml" -n_sample -1
+  fi
+done
+[[ "$DRY_RUN" == 1 ]] || echo "ready: PEER_VENV=$PEER_VENV PEER_WORK=$PEER_WORK PEER_SCRIPTS=$PEER_SCRIPTS"
