@@ -2,12 +2,12 @@
 
 Encoder (nmt_jax/encoder.py): embeddings, a stack of LSTM layers (the bottom
 one, or all, bidirectional), dropout between layers; its top-layer states
-hbar_s are the memory the attention kinds read. Decoder: embeddings, a stack of LSTM layers
-initialised from the encoder (bridge), optional input feeding of
-htilde_{t-1}, a readout htilde_t, an optional extra hidden layer, and
-p(y_t) = softmax(W_s htilde_t). The query is h_t (Luong,
-model.query='current') or h_{t-1} (Bahdanau, 'previous': the context then
-also feeds the LSTM input). The readout (model.readout) is Luong's
+hbar_s are the memory the attention kinds read. Decoder: embeddings, a stack
+of LSTM layers (nmt_jax/decoder_cell.py) initialised from the encoder
+(bridge), optional input feeding of htilde_{t-1}, a readout htilde_t, an
+optional extra hidden layer, and p(y_t) = softmax(W_s htilde_t). The query
+is h_t (Luong, model.query='current') or h_{t-1} (Bahdanau, 'previous': the
+context then also feeds the LSTM input). The readout (model.readout) is Luong's
 attentional state htilde_t = tanh(W_c [c_t; h_t]) ('luong') or Bahdanau's
 deep output ('bahdanau_maxout'): htilde_t = maxout_2(U_o q_t + V_o E y_{t-1}
 + C_o c_t), q_t the query state (Bahdanau: s_{t-1}). Both have
@@ -249,7 +249,8 @@ class Decoder(nn.Module):
 
     htilde is the softmax layer's input (`logits` maps it to [B, T, V]).
     """
-    # Time-major inside (see encoder.py); only htilde [T, B, H] is transposed back.
+    # Time-major inside (see encoder.py); only htilde [T, B, H] is transposed
+    # back.
     # [T, B, E]
     emb = self.dropout(self.embed(target_in.T), deterministic=not train)
     if lstm.uses_gate_table(
