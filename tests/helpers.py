@@ -1,7 +1,9 @@
 """Small models and batches shared by the tests."""
 
 import jax
+import jax.numpy as jnp
 import numpy as np
+import optax
 
 from nmt_jax import default_config
 from nmt_jax import models
@@ -47,3 +49,32 @@ def random_batch(rng, batch, src_len, tgt_len, min_len=1):
   )
   target_in[target_out == PAD] = PAD
   return source, target_in, target_out
+
+
+def loss_and_grads(config):
+  """(jax.value_and_grad of a training loss, params) for a tiny model.
+
+  The loss is summed over a fixed random batch (3 sentences) with dropout
+  drawn from a fixed key, so two configs with the same parameters can be
+  compared value for value.
+  """
+  net = make_model(config)
+  params = init_params(net, seed=2)
+  source, target_in, target_out = random_batch(
+      np.random.default_rng(1), 3, 7, 6
+  )
+
+  def loss(p):
+    logits, _ = net.apply(
+        {'params': p},
+        source,
+        target_in,
+        train=True,
+        rngs={'dropout': jax.random.key(3)},
+    )
+    per_token = optax.softmax_cross_entropy_with_integer_labels(
+        logits, target_out
+    )
+    return jnp.sum(per_token * (target_out != 0))
+
+  return jax.value_and_grad(loss), params

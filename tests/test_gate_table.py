@@ -3,9 +3,7 @@ the plain projection's losses, gradients and decodings."""
 
 import jax
 import jax.extend
-import jax.numpy as jnp
 import numpy as np
-import optax
 import pytest
 
 from nmt_jax import attention
@@ -16,29 +14,11 @@ from tests.test_model import VARIANTS
 
 
 def _loss_and_grads(gate_table, kind, score='general', dropout=0.0, **model):
-  config = helpers.tiny_config(
-      kind, score, dropout=dropout, gate_table=gate_table, **model
+  return helpers.loss_and_grads(
+      helpers.tiny_config(
+          kind, score, dropout=dropout, gate_table=gate_table, **model
+      )
   )
-  net = helpers.make_model(config)
-  params = helpers.init_params(net, seed=2)
-  source, target_in, target_out = helpers.random_batch(
-      np.random.default_rng(1), 3, 7, 6
-  )
-
-  def loss(p):
-    logits, _ = net.apply(
-        {'params': p},
-        source,
-        target_in,
-        train=True,
-        rngs={'dropout': jax.random.key(3)},
-    )
-    per_token = optax.softmax_cross_entropy_with_integer_labels(
-        logits, target_out
-    )
-    return jnp.sum(per_token * (target_out != 0))
-
-  return jax.value_and_grad(loss), params
 
 
 def _assert_table_equals_projection(kind, score='general', **model):

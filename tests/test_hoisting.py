@@ -5,7 +5,6 @@ import jax
 import jax.extend
 import jax.numpy as jnp
 import numpy as np
-import optax
 import pytest
 
 from nmt_jax import attention
@@ -15,27 +14,9 @@ from tests.test_model import VARIANTS
 
 
 def _loss_and_grads(kind, score='general', **model):
-  config = helpers.tiny_config(kind, score, dropout=0.3, **model)
-  net = helpers.make_model(config)
-  params = helpers.init_params(net, seed=2)
-  source, target_in, target_out = helpers.random_batch(
-      np.random.default_rng(1), 3, 7, 6
+  return helpers.loss_and_grads(
+      helpers.tiny_config(kind, score, dropout=0.3, **model)
   )
-
-  def loss(p):
-    logits, _ = net.apply(
-        {'params': p},
-        source,
-        target_in,
-        train=True,
-        rngs={'dropout': jax.random.key(3)},
-    )
-    per_token = optax.softmax_cross_entropy_with_integer_labels(
-        logits, target_out
-    )
-    return jnp.sum(per_token * (target_out != 0))
-
-  return jax.value_and_grad(loss), params
 
 
 def _run(kind, score='general', **model):
