@@ -14,7 +14,10 @@ Two cures (README, "CPU memory allocator"):
 - `NMT_JAX_KEEP_FREED_MEMORY=1` sets glibc itself, when `nmt_jax` is
   imported, to put every thread on the main heap, grown with brk and never
   trimmed: no page faults after the first steps either, but compilation (many
-  threads allocating) measured x1.35 slower, so it is not the default.
+  threads allocating) measured x1.14-1.35 slower, so it is not the default.
+  The heap must be the main one: the same settings with per-thread arenas
+  left as they are (XLA's worker threads allocate from their own) left the
+  page faults as they were (docs/performance_runs/cpu/notes.md).
 """
 
 import ctypes
