@@ -14,14 +14,16 @@
 # default "torch"; on a GPU machine a CUDA build), then OpenNMT-py with
 # --no-deps and the packages it imports. SYSTEM_TORCH=1 makes the
 # environment see the system's packages and uses the torch installed there
-# (a GPU machine that has one). Steps already done are skipped, so the
-# command can be run again after a failure. --dry-run prints the commands.
+# (a GPU machine that has one). WHEELS=DIR installs from the wheels in DIR
+# alone (a machine without internet; see launch/README.md for how to fetch
+# them). Steps already done are skipped, so the command can be run again
+# after a failure. --dry-run prints the commands.
 set -euo pipefail
 
 REPO_ROOT=$(cd "$(dirname "$0")/.." && pwd)
 source "$REPO_ROOT/launch/common.sh"
 
-usage() { sed -n '2,18p' "$0" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '2,20p' "$0" | sed 's/^# \{0,1\}//'; }
 for arg in "$@"; do
   case $arg in
     -h|--help) usage; exit 0 ;;
@@ -37,6 +39,11 @@ for f in gen_copy_data.py make_config.py; do
 done
 TORCH=${TORCH:-torch}
 PY=$PEER_VENV/bin/python
+PIP=(-m pip install -q)
+if [[ -n "${WHEELS:-}" ]]; then
+  [[ -d "$WHEELS" ]] || die "WHEELS=$WHEELS is not a directory; point it at the wheels fetched for this machine (launch/README.md)"
+  PIP+=(--no-index --find-links "$WHEELS")
+fi
 # Imported by OpenNMT-py's transforms at import time.
 ONMT_IMPORTS=(configargparse pyyaml six sacrebleu "pyonmttok>=1.37,<2" spacy
   pyahocorasick rapidfuzz fasttext-wheel)
@@ -52,11 +59,11 @@ if [[ "${SYSTEM_TORCH:-0}" == 1 ]]; then
   [[ "$DRY_RUN" == 1 ]] || "$PY" -c 'import torch' 2>/dev/null || \
     die "SYSTEM_TORCH=1 but $PY cannot import torch; install it, or leave SYSTEM_TORCH out and set TORCH"
 elif [[ "$DRY_RUN" == 1 ]] || ! "$PY" -c 'import torch' 2>/dev/null; then
-  run "$PY" -m pip install -q "$TORCH"
+  run "$PY" "${PIP[@]}" "$TORCH"
 fi
 if [[ "$DRY_RUN" == 1 ]] || ! "$PY" -c 'import onmt' 2>/dev/null; then
-  run "$PY" -m pip install -q --no-deps opennmt-py==3.5.1
-  run "$PY" -m pip install -q "${ONMT_IMPORTS[@]}"
+  run "$PY" "${PIP[@]}" --no-deps opennmt-py==3.5.1
+  run "$PY" "${PIP[@]}" "${ONMT_IMPORTS[@]}"
 fi
 for L in 50 100; do
   if [[ "$DRY_RUN" == 1 || ! -f "$PEER_WORK/data/L$L/vocab.txt" ]]; then

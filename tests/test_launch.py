@@ -434,3 +434,38 @@ def test_peer_setup_builds_the_environment_and_data_performance_sh_reads(
   # A machine with torch (a CUDA build) installed: the environment sees it.
   lines, _ = _peer_setup_dry_run(tmp_path, SYSTEM_TORCH='1')
   assert lines[0] == f'python3 -m venv --system-site-packages {tmp_path}/venv'
+  # A machine without internet: every package from the wheels folder alone.
+  wheels = tmp_path / 'wheels'
+  wheels.mkdir()
+  lines, _ = _peer_setup_dry_run(tmp_path, WHEELS=str(wheels))
+  installs = [line for line in lines if ' -m pip install ' in line]
+  assert len(installs) == 3, lines
+  for line in installs:
+    assert f' -m pip install -q --no-index --find-links {wheels} ' in line
+
+
+def test_peer_setup_names_a_missing_wheels_folder(tmp_path):
+  scripts = tmp_path / 'scripts'
+  scripts.mkdir()
+  for f in ('gen_copy_data.py', 'make_config.py'):
+    (scripts / f).write_text('')
+  result = subprocess.run(
+      ['bash', 'launch/peer_setup.sh'],
+      cwd=ROOT,
+      env=dict(
+          os.environ,
+          PEER_SCRIPTS=str(scripts),
+          PEER_VENV=str(tmp_path / 'venv'),
+          PEER_WORK=str(tmp_path / 'work'),
+          WHEELS=str(tmp_path / 'missing'),
+      ),
+      capture_output=True,
+      text=True,
+      timeout=60,
+  )
+  assert result.returncode == 2
+  assert result.stderr.strip() == (
+      f'error: WHEELS={tmp_path}/missing is not a directory; point it at the'
+      ' wheels fetched for this machine (launch/README.md)'
+  )
+  assert not (tmp_path / 'venv').exists()  # nothing made before the check
