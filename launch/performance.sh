@@ -169,6 +169,8 @@ fi
 if part levers; then
   bench train 50 1 lever_fitted16 --repeats=3 "${OTHER[@]}" \
     --config.data.bucketing=fitted --config.data.num_buckets=16
+  bench train 50 1 lever_fitted8 --repeats=3 "${OTHER[@]}" \
+    --config.data.bucketing=fitted --config.data.num_buckets=8
   bench decode 50 1 lever_gate_table "${DECODE[@]}" "${OTHER[@]}" \
     --config.decode.gate_table=on --compare.decode.gate_table=off \
     --compare.decode.beam_size=10

@@ -372,7 +372,7 @@ def test_the_script_writes_every_file_the_performance_page_reads(tmp_path):
   ] + [performance_text.STARTUP_FILE, *op_times.PAGE_FILES]
   for on, off, *_ in performance_text.PROCESS_LEVERS:  # 3 pairs (REPEATS)
     read += [name.format(r=r) for name in (on, off) for r in (1, 2, 3)]
-  assert len(read) == 40 and set(read) <= written, set(read) - written
+  assert len(read) == 41 and set(read) <= written, set(read) - written
   preloaded = [
       line for line in result.stdout.splitlines() if 'LD_PRELOAD' in line
   ]

@@ -99,6 +99,13 @@ LEVERS = (
         ),
     ),
     (
+        'lever_fitted8.json',
+        (
+            '8 fitted training buckets (`data.bucketing=fitted`, '
+            '`data.num_buckets=8`) vs 4 even'
+        ),
+    ),
+    (
         'lever_gate_table.json',
         'embedding-to-gates table in decoding (`decode.gate_table=on` vs off)',
     ),
