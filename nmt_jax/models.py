@@ -249,8 +249,7 @@ class Decoder(nn.Module):
 
     htilde is the softmax layer's input (`logits` maps it to [B, T, V]).
     """
-    # Time-major inside (see encoder.py); only htilde [T, B, H] is transposed
-    # back.
+    # Time-major inside (see encoder.py); only htilde [T, B, H] goes back.
     # [T, B, E]
     emb = self.dropout(self.embed(target_in.T), deterministic=not train)
     if lstm.uses_gate_table(

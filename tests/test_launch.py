@@ -379,13 +379,14 @@ def test_the_script_writes_every_file_the_performance_page_reads(tmp_path):
   assert len(preloaded) == 6  # nmt_jax and OpenNMT-py, 3 runs each
 
 
-def _peer_setup_dry_run(tmp_path, **env):
+def _peer_setup(tmp_path, *args, **env):
+  """launch/peer_setup.sh with stand-in peer scripts -> (result, scripts)."""
   scripts = tmp_path / 'scripts'
   scripts.mkdir(exist_ok=True)
   for f in ('gen_copy_data.py', 'make_config.py'):
     (scripts / f).write_text('')
   result = subprocess.run(
-      ['bash', 'launch/peer_setup.sh', '--dry-run'],
+      ['bash', 'launch/peer_setup.sh', *args],
       cwd=ROOT,
       env=dict(
           os.environ,
@@ -398,6 +399,11 @@ def _peer_setup_dry_run(tmp_path, **env):
       text=True,
       timeout=60,
   )
+  return result, scripts
+
+
+def _peer_setup_dry_run(tmp_path, **env):
+  result, scripts = _peer_setup(tmp_path, '--dry-run', **env)
   assert result.returncode == 0, result.stderr
   return result.stdout.splitlines(), scripts
 
@@ -445,24 +451,7 @@ def test_peer_setup_builds_the_environment_and_data_performance_sh_reads(
 
 
 def test_peer_setup_names_a_missing_wheels_folder(tmp_path):
-  scripts = tmp_path / 'scripts'
-  scripts.mkdir()
-  for f in ('gen_copy_data.py', 'make_config.py'):
-    (scripts / f).write_text('')
-  result = subprocess.run(
-      ['bash', 'launch/peer_setup.sh'],
-      cwd=ROOT,
-      env=dict(
-          os.environ,
-          PEER_SCRIPTS=str(scripts),
-          PEER_VENV=str(tmp_path / 'venv'),
-          PEER_WORK=str(tmp_path / 'work'),
-          WHEELS=str(tmp_path / 'missing'),
-      ),
-      capture_output=True,
-      text=True,
-      timeout=60,
-  )
+  result, _ = _peer_setup(tmp_path, WHEELS=str(tmp_path / 'missing'))
   assert result.returncode == 2
   assert result.stderr.strip() == (
       f'error: WHEELS={tmp_path}/missing is not a directory; point it at the'
