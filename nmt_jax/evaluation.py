@@ -83,7 +83,8 @@ def decode_split(
   the first timed pass is traced there (jax.profiler).
   Returns (n-best lists of Hypothesis in split order, best first; statistics:
   'windows' (decode.Windows of numpy [N] arrays in split order),
-  'source_lengths' [N] (EOS included), decode_seconds, compile_seconds).
+  'source_lengths' [N] (EOS included), decode_seconds, compile_seconds,
+  'executables': the compiled decoders by argument shape).
   """
   count = len(split) if limit is None else min(limit, len(split))
   batches = list(
@@ -137,6 +138,7 @@ def decode_split(
       'decode_seconds_all': passes,
       'decode_cpu_seconds': cpu[passes.index(min(passes))],
       'compile_seconds': compile_seconds,
+      'executables': compiled.executables,
   }
   return nbest, stats
 
@@ -205,7 +207,9 @@ class Evaluator:
   """Scoring and decoding of a split with one model or an ensemble.
 
   `model`: a models.Seq2Seq or a scorer (scorers.py). The jitted functions
-  are cached.
+  are cached; `executables[beam_size]` holds the decoders compiled by the
+  last pass with that beam, by argument shape (`bench decode` reads their
+  HLO).
   """
 
   def __init__(self, config, model, task: dataset.Task, mesh):
@@ -224,6 +228,7 @@ class Evaluator:
         )
     )
     self._decoders = {}
+    self.executables = {}
 
   def token_log_probs(self, params, split, batch_size: int):
     """Teacher-forced log-probability of each target token (EOS included).
@@ -293,6 +298,7 @@ class Evaluator:
         timing_repeats=self.config.decode.timing_repeats,
         profile_dir=profile_dir,
     )
+    self.executables[beam_size] = stats['executables']
     count = max(len(nbest), 1)
     info = window_metrics(stats['windows'], stats['source_lengths'])
     info['decode_ms_per_sentence'] = 1000 * stats['decode_seconds'] / count

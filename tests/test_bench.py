@@ -129,6 +129,14 @@ def test_bench_decode_json_with_compare(tmp_path):
       assert figures['avg_window'] > 0 and figures['compile_s'] > 0
   # K memory slots (memory_k64)
   assert result['this']['greedy']['avg_window'] == 64
+  # One search step's ops, from the compiled decoder: beam search's step also
+  # selects the top hypotheses and reorders their states.
+  for name in ('this', 'other'):
+    search = {
+        mode: max(loop['ops'] for loop in result[name][mode]['loop_ops'])
+        for mode in ('greedy', 'beam2')
+    }
+    assert 0 < search['greedy'] < search['beam2']
   assert set(result['speedup']) == {'greedy', 'beam2', 'forced'}
   # decode.batch_size (16) counts hypotheses: beam search takes 16 // 2.
   batches = {
@@ -339,6 +347,15 @@ def test_the_performance_page_compares_attention_kinds_per_pair(tmp_path):
   (tmp_path / 'kinds_flexible_L150.json').write_text(json.dumps(result))
   text = performance.page([str(tmp_path)])
   assert 'Batches: 64 vs 6 sentences per batch (2026-11-26).' in text
+  assert 'Ops one search step runs' not in text  # files without loop_ops
+  # The search loop is the largest loop of the decoder (the encoder's are
+  # listed too).
+  loops = lambda ops: [{'trip_count': 0, 'ops': n, 'dots': 1} for n in ops]
+  result['this']['beam10']['loop_ops'] = loops([11, 11, 70])
+  result['other']['beam10']['loop_ops'] = loops([11, 52, 12])
+  (tmp_path / 'kinds_flexible_L150.json').write_text(json.dumps(result))
+  text = performance.page([str(tmp_path)])
+  assert 'beam10 flexible 70 vs global 52.' in text
 
 
 def test_the_performance_page_shows_a_gpu_run_by_wall_clock(tmp_path):

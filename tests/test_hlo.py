@@ -36,6 +36,73 @@ def test_loop_ops_counts_what_one_iteration_runs():
   assert hlo.loop_ops(HLO) == [{'trip_count': 7, 'ops': 3, 'dots': 1}]
 
 
+BRANCHING = """HloModule m
+
+%light (a: f32[4]) -> f32[4] {
+  %a = f32[4]{0} parameter(0)
+  ROOT %n = f32[4]{0} negate(%a)
+}
+
+%heavy (b: f32[4]) -> f32[4] {
+  %b = f32[4]{0} parameter(0)
+  %e = f32[4]{0} exponential(%b)
+  %dot.1 = f32[4]{0} dot(%e, %e)
+  ROOT %t = f32[4]{0} tanh(%dot.1)
+}
+
+%outlined (c: f32[4]) -> f32[4] {
+  %c = f32[4]{0} parameter(0)
+  %s = f32[4]{0} sine(%c)
+  ROOT %q = f32[4]{0} sqrt(%s)
+}
+
+%body (p: (s32[], f32[4])) -> (s32[], f32[4]) {
+  %p = (s32[], f32[4]{0}) parameter(0)
+  %i = s32[] get-tuple-element(%p), index=0
+  %x = f32[4]{0} get-tuple-element(%p), index=1
+  %k = f32[4]{0} call(%x), to_apply=%outlined
+  %y = f32[4]{0} conditional(%i, %k, %k), branch_computations={%light, %heavy}
+  ROOT %t = (s32[], f32[4]{0}) tuple(%i, %y)
+}
+
+ENTRY %main (a: f32[4]) -> f32[4] {
+  %a = f32[4]{0} parameter(0)
+  %w = (s32[], f32[4]{0}) while(%init), condition=%cond, body=%body
+  ROOT %r = f32[4]{0} get-tuple-element(%w), index=1
+}
+"""
+
+
+def test_a_loop_counts_its_calls_and_largest_branch():
+  # The call's sine and sqrt, the conditional, and its heavy branch's three.
+  assert hlo.loop_ops(BRANCHING) == [{'trip_count': 0, 'ops': 6, 'dots': 1}]
+
+
+def test_loop_ops_of_a_compiled_switch_see_the_branch_taken():
+  def f(x, heavy):
+    def body(h, i):
+      light = lambda h: -h
+      if heavy:
+        branch = lambda h: jnp.tanh(jnp.sin(h) @ x) * jnp.cos(h).sum()
+      else:
+        branch = light
+      # The index comes from the loop's input: no constant folds the switch.
+      return jax.lax.switch(i % 2, [light, branch], h), None
+
+    return jax.lax.scan(body, x, jnp.arange(5))[0]
+
+  ops = lambda heavy: max(
+      loop['ops']
+      for loop in hlo.loop_ops(
+          jax.jit(f, static_argnums=1)
+          .lower(jnp.ones((4, 4)), heavy)
+          .compile()
+          .as_text()
+      )
+  )
+  assert ops(True) > ops(False)
+
+
 def test_loop_ops_of_a_compiled_scan_and_its_gradient():
   def f(w, x):
     def body(h, x_t):

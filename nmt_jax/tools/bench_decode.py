@@ -1,7 +1,9 @@
 """Decoding speed over the evaluation split, for `nmt_jax.bench decode`.
 
 ms per sentence and sentences/s for greedy, beam (decode.beam_size) and
-teacher-forced decoding, and the average attention window.
+teacher-forced decoding, the average attention window, and the operations
+one step of the search loop runs (`loop_ops`, from the optimized HLO of the
+longest batch's decoder: on a GPU, the kernels each step launches).
 
 Without a workdir, decoding uses random weights whose EOS logit is suppressed
 until each sentence's reference length (ratio 1, offset 0): every hypothesis
@@ -32,6 +34,7 @@ from nmt_jax import validation
 from nmt_jax import workdirs
 from nmt_jax.data import batching
 from nmt_jax.tools import bench
+from nmt_jax.tools import hlo
 from nmt_jax.vocab import EOS
 from nmt_jax.vocab import PAD
 
@@ -77,6 +80,7 @@ class DecodeBench:
     self.limit = num_sentences
     self.sentences_per_batch = sentences_per_batch
     self._evaluators = {}
+    self._loop_ops = {}
     # (compiled, calls, real rows, source lengths, compile seconds)
     self._forced = None
 
@@ -100,8 +104,8 @@ class DecodeBench:
   def time(self, mode: str) -> Dict[str, float]:
     """One pass over the split.
 
-    Returns ms_per_sentence, sentences_per_sec, avg_window, compile_s
-    and sentences_per_batch.
+    Returns ms_per_sentence, sentences_per_sec, avg_window, compile_s,
+    sentences_per_batch and (greedy and beam) loop_ops.
     """
     if mode == 'forced':
       return self._time_forced()
@@ -110,6 +114,11 @@ class DecodeBench:
     _, info = evaluator.translate(
         self.params, self.task.eval, beam_size, self.limit
     )
+    if mode not in self._loop_ops:  # HLO text is slow to print: once per mode
+      executables = evaluator.executables[beam_size]
+      # The longest batch: its source, the last argument, is the longest.
+      longest = max(executables, key=lambda key: key[-1][0][-1])
+      self._loop_ops[mode] = hlo.loop_ops(executables[longest].as_text())
     return {
         'ms_per_sentence': info['decode_ms_per_sentence'],
         'sentences_per_sec': 1000 / info['decode_ms_per_sentence'],
@@ -119,6 +128,7 @@ class DecodeBench:
         'avg_computed': info['avg_computed'],
         'compile_s': info['decode_compile_seconds'],
         'sentences_per_batch': evaluator.decode_batch_size(beam_size),
+        'loop_ops': self._loop_ops[mode],
     }
 
   def _time_forced(self):

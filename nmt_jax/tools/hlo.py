@@ -31,6 +31,9 @@ _INSTRUCTION = re.compile(
 _NAME = re.compile(r'^\s+(?:ROOT\s+)?%?([\w.\-]+)')
 _TARGET = re.compile(r'custom_call_target="([^"]+)"')
 _BODY = re.compile(r'body=%?([\w.\-]+)')
+_CALLEE = re.compile(r'to_apply=%?([\w.\-]+)')
+_BRANCHES = re.compile(r'branch_computations=\{([^}]*)\}')
+_TRUE_FALSE = re.compile(r'(?:true|false)_computation=%?([\w.\-]+)')
 _TRIP_COUNT = re.compile(r'"known_trip_count":\{"n":"(\d+)"')
 _MODULE = re.compile(r'^HloModule\s+([\w.\-]+)', re.MULTILINE)
 
@@ -52,11 +55,41 @@ def computations(hlo_text: str) -> Dict[str, List[Tuple[str, str]]]:
   return computations
 
 
+def _branches(line: str) -> List[str]:
+  """The computations a conditional picks from."""
+  listed = _BRANCHES.search(line)
+  if listed:
+    return [name.strip().lstrip('%') for name in listed.group(1).split(',')]
+  return _TRUE_FALSE.findall(line)
+
+
+def _executed(bodies, name: str) -> List[Tuple[str, str]]:
+  """The ops one run of computation `name` executes, without bookkeeping.
+
+  A call runs its callee's ops; a conditional is an op (on a GPU the
+  branch index is read on the host) plus the ops of its largest branch; a
+  nested while loop is one op (it is listed on its own).
+  """
+  ops = []
+  for opcode, line in bodies.get(name, []):
+    if opcode in FREE_OPS:
+      continue
+    if opcode == 'call' and _CALLEE.search(line):
+      ops.extend(_executed(bodies, _CALLEE.search(line).group(1)))
+      continue
+    ops.append((opcode, line))
+    if opcode == 'conditional':
+      branches = [_executed(bodies, b) for b in _branches(line)]
+      ops.extend(max(branches, key=len, default=[]))
+  return ops
+
+
 def loop_ops(hlo_text: str) -> List[Dict[str, int]]:
   """Every while loop: {'trip_count' (0 if unknown), 'ops', 'dots'}.
 
   `ops` counts the operations one iteration of the body runs (a nested
-  loop counts as one, and is listed on its own); `dots` how many of them
+  loop counts as one, and is listed on its own; a conditional counts with
+  its largest branch, a call with its callee); `dots` how many of them
   are or contain a matrix product (a dot, or a fusion/custom call whose
   name or target says so). Loops are listed in the order they appear.
   """
@@ -68,11 +101,7 @@ def loop_ops(hlo_text: str) -> List[Dict[str, int]]:
         continue
       body = _BODY.search(line)
       trip = _TRIP_COUNT.search(line)
-      ops = [
-          (op, text)
-          for op, text in bodies.get(body.group(1) if body else '', [])
-          if op not in FREE_OPS
-      ]
+      ops = _executed(bodies, body.group(1) if body else '')
       loops.append({
           'trip_count': int(trip.group(1)) if trip else 0,
           'ops': len(ops),

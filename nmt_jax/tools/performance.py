@@ -152,6 +152,9 @@ def decoding_rows(out: str, threads: int, first: str = 'cpu') -> List[str]:
       compile_s = statistics.median(x['compile_s'] for x in ours.values())
       figure = f'decoding {label}, sent/s'
       notes = f'compile {compile_s:.0f} s'
+      ops = _search_ops(next(iter(ours.values())))
+      if ops:
+        notes += f'; {ops} ops per search step'
       rows.append(_row(figure, length, ours, theirs, 'sentences', notes, first))
   return rows
 
@@ -168,6 +171,14 @@ TABLE_HEAD = {
         '|---|---:|---:|---:|---:|---:|---|'
     ),
 }
+
+
+def _search_ops(figures) -> int:
+  """Ops one step of the search loop runs (its largest loop; 0: not known).
+
+  Older `bench decode` files lack `loop_ops`.
+  """
+  return max((loop['ops'] for loop in figures.get('loop_ops', [])), default=0)
 
 
 def _decode_pairs(this, other) -> List[float]:
@@ -363,6 +374,7 @@ def kind_sections(out: str, where: str) -> List[str]:
         f'| mode | {this_name} ms/sent | {other_name} ms/sent '
         f'| {this_name} speedup, per pair |\n|---|---:|---:|---:|'
     )
+    ops = []
     for label in result.get('speedup', {}):
       this, other = result['this'][label], result['other'][label]
       parts.append(
@@ -370,6 +382,13 @@ def kind_sections(out: str, where: str) -> List[str]:
           f"| {other['ms_per_sentence']:.2f} "
           f'| x{_summary(_decode_pairs(this, other))} |'
       )
+      if _search_ops(this) and _search_ops(other):
+        ops.append(
+            f'{label} {this_name} {_search_ops(this)} vs {other_name}'
+            f' {_search_ops(other)}'
+        )
+    if ops:
+      parts.append(f"\n{text.SEARCH_OPS}: {'; '.join(ops)}.")
   return parts
 
 

@@ -347,3 +347,10 @@ def decode_batching(result) -> str:
   if this != other:
     return f'{this} vs {other} sentences per batch ({day})'
   return f'{this} sentences per batch in every mode ({day})'
+
+
+# Before the decoder-step op counts of an attention comparison.
+SEARCH_OPS = (
+    'Ops one search step runs (the search loop of the longest batch, after'
+    " XLA's fusion; on a GPU each is a kernel launch)"
+)
