@@ -6,6 +6,7 @@ import jax.numpy as jnp
 from nmt_jax import parallel
 from nmt_jax import train
 from nmt_jax.data import batching
+from nmt_jax.tools import bench_decode
 from nmt_jax.tools import hlo
 from tests import helpers
 
@@ -164,3 +165,18 @@ def test_dropout_adds_no_random_number_kernels_to_the_loops():
   assert len(with_dropout) == len(without) >= 4
   for a, b in zip(with_dropout, without):
     assert a['ops'] - b['ops'] <= 3, (a, b)
+
+
+def test_a_windowed_decoder_step_runs_no_loop_of_its_own():
+  def loops(kind, **fields):
+    config = helpers.tiny_config(kind)
+    config.model.attention.update(fields)
+    return bench_decode.DecodeBench(config, None, 8).time('greedy')['loop_ops']
+
+  # Flexible attention picks its window's width per step (a conditional);
+  # picking it must not run a loop (on a GPU each iteration of a loop is
+  # launched from the host), so it has the loops global attention has: the
+  # encoder's and the search's.
+  windowed, plain = loops('flexible', tau=1.2), loops('global')
+  assert len(windowed) == len(plain)
+  assert max(w['ops'] for w in windowed) > max(p['ops'] for p in plain)

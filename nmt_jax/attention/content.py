@@ -275,7 +275,11 @@ class ContentAttention(base.Attention):
     if len(widths) == 1:
       return windowed(self, widths[0], start, first, last, *operands)
     end = jnp.max(base.group(last, sentences), 1)
-    branch = jnp.searchsorted(jnp.array(widths), jnp.max(end - start + 1))
+    # All comparisons at once: the default search is a loop, and on a GPU
+    # each iteration of a loop is launched from the host, every step.
+    branch = jnp.searchsorted(
+        jnp.array(widths), jnp.max(end - start + 1), method='compare_all'
+    )
     if self.is_initializing():  # params must exist before the switch
       return windowed(self, widths[-1], start, first, last, *operands)
     branches = [lambda mdl, *ops, w=w: windowed(mdl, w, *ops) for w in widths]
