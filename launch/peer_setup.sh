@@ -13,17 +13,18 @@
 # torch: torch is installed first (TORCH: a pip requirement or a wheel file,
 # default "torch"; on a GPU machine a CUDA build), then OpenNMT-py with
 # --no-deps and the packages it imports. SYSTEM_TORCH=1 makes the
-# environment see the system's packages and uses the torch installed there
-# (a GPU machine that has one). WHEELS=DIR installs from the wheels in DIR
-# alone (a machine without internet; see launch/README.md for how to fetch
-# them). Steps already done are skipped, so the command can be run again
-# after a failure. --dry-run prints the commands.
+# environment see python3's packages and uses the torch installed there (a
+# GPU machine that has one, also in a virtual environment of its own).
+# WHEELS=DIR installs from the wheels in DIR alone (a machine without
+# internet; see launch/README.md for how to fetch them). Steps already done
+# are skipped, so the command can be run again after a failure. --dry-run
+# prints the commands.
 set -euo pipefail
 
 REPO_ROOT=$(cd "$(dirname "$0")/.." && pwd)
 source "$REPO_ROOT/launch/common.sh"
 
-usage() { sed -n '2,20p' "$0" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '2,21p' "$0" | sed 's/^# \{0,1\}//'; }
 for arg in "$@"; do
   case $arg in
     -h|--help) usage; exit 0 ;;
@@ -51,6 +52,18 @@ ONMT_IMPORTS=(configargparse pyyaml six sacrebleu "pyonmttok>=1.37,<2" spacy
 if [[ ! -x "$PY" ]]; then
   if [[ "${SYSTEM_TORCH:-0}" == 1 ]]; then
     run python3 -m venv --system-site-packages "$PEER_VENV"
+    # Where python3 is itself a virtual environment's (GPU images often keep
+    # torch in one), --system-site-packages reaches only the interpreter it
+    # was made from: a .pth file adds python3's own site-packages.
+    if python3 -c 'import sys; sys.exit(sys.prefix == sys.base_prefix)'; then
+      SITE=$(python3 -c 'import site; print("\n".join(site.getsitepackages()))')
+      PTH=$PEER_VENV/lib/$(python3 -c 'import sys; print(f"python{sys.version_info[0]}.{sys.version_info[1]}")')/site-packages/system_torch.pth
+      if [[ "$DRY_RUN" == 1 ]]; then
+        echo "$(quote printf '%s\n' $SITE) > $(quote "$PTH")"
+      else
+        printf '%s\n' $SITE > "$PTH"
+      fi
+    fi
   else
     run python3 -m venv "$PEER_VENV"
   fi

@@ -4,6 +4,7 @@ import os
 import re
 import shlex
 import subprocess
+import sys
 
 import pytest
 
@@ -448,6 +449,38 @@ def test_peer_setup_builds_the_environment_and_data_performance_sh_reads(
   assert len(installs) == 3, lines
   for line in installs:
     assert f' -m pip install -q --no-index --find-links {wheels} ' in line
+
+
+def test_peer_setup_sees_the_torch_of_a_python3_in_a_virtual_env(tmp_path):
+  # A GPU image whose python3 is a virtual environment's, with torch in it
+  # (a stand-in package here).
+  image = tmp_path / 'image'
+  subprocess.run(
+      [sys.executable, '-m', 'venv', '--without-pip', str(image)], check=True
+  )
+  version = f'python{sys.version_info[0]}.{sys.version_info[1]}'
+  torch = image / 'lib' / version / 'site-packages' / 'torch'
+  torch.mkdir(parents=True)
+  (torch / '__init__.py').write_text('')
+  wheels = tmp_path / 'wheels'  # empty: the install after torch's check fails
+  wheels.mkdir()
+  path = f"{image / 'bin'}:{os.environ['PATH']}"
+  result, _ = _peer_setup(
+      tmp_path, SYSTEM_TORCH='1', WHEELS=str(wheels), PATH=path
+  )
+  assert 'cannot import torch' not in result.stderr
+  assert 'opennmt-py' in result.stderr  # it went on to install OpenNMT-py
+  found = subprocess.run(
+      [
+          tmp_path / 'venv' / 'bin' / 'python',
+          '-c',
+          'import torch; print(torch.__file__)',
+      ],
+      capture_output=True,
+      text=True,
+      check=True,
+  )
+  assert found.stdout.strip() == str(torch / '__init__.py')
 
 
 def test_peer_setup_names_a_missing_wheels_folder(tmp_path):
