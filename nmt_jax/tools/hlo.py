@@ -143,3 +143,12 @@ def largest(loops: List[Dict[str, int]], count: int = 2) -> str:
   """
   top = sorted(loops, key=lambda loop: -loop['ops'])[:count]
   return ', '.join(f"{loop['ops']}/{loop['dots']}" for loop in top)
+
+
+def most_ops(figures) -> int:
+  """Ops per iteration of the largest loop in a bench result's `loop_ops`.
+
+  For a decoder, one step of its search; 0 for a file without `loop_ops`
+  (written before `bench decode` recorded them).
+  """
+  return max((loop['ops'] for loop in figures.get('loop_ops', [])), default=0)

@@ -152,33 +152,11 @@ def decoding_rows(out: str, threads: int, first: str = 'cpu') -> List[str]:
       compile_s = statistics.median(x['compile_s'] for x in ours.values())
       figure = f'decoding {label}, sent/s'
       notes = f'compile {compile_s:.0f} s'
-      ops = _search_ops(next(iter(ours.values())))
+      ops = hlo.most_ops(next(iter(ours.values())))
       if ops:
         notes += f'; {ops} ops per search step'
       rows.append(_row(figure, length, ours, theirs, 'sentences', notes, first))
   return rows
-
-
-TABLE_HEAD = {
-    'cpu': (
-        '| figure | L | nmt_jax, per CPU s | OpenNMT-py, per CPU s '
-        '| ratio per CPU s | ratio wall | notes |\n'
-        '|---|---:|---:|---:|---:|---:|---|'
-    ),
-    'wall': (
-        '| figure | L | nmt_jax, per s | OpenNMT-py, per s '
-        '| ratio wall | ratio per host CPU s | notes |\n'
-        '|---|---:|---:|---:|---:|---:|---|'
-    ),
-}
-
-
-def _search_ops(figures) -> int:
-  """Ops one step of the search loop runs (its largest loop; 0: not known).
-
-  Older `bench decode` files lack `loop_ops`.
-  """
-  return max((loop['ops'] for loop in figures.get('loop_ops', [])), default=0)
 
 
 def _decode_pairs(this, other) -> List[float]:
@@ -382,10 +360,10 @@ def kind_sections(out: str, where: str) -> List[str]:
           f"| {other['ms_per_sentence']:.2f} "
           f'| x{_summary(_decode_pairs(this, other))} |'
       )
-      if _search_ops(this) and _search_ops(other):
+      if hlo.most_ops(this) and hlo.most_ops(other):
         ops.append(
-            f'{label} {this_name} {_search_ops(this)} vs {other_name}'
-            f' {_search_ops(other)}'
+            f'{label} {this_name} {hlo.most_ops(this)} vs {other_name}'
+            f' {hlo.most_ops(other)}'
         )
     if ops:
       parts.append(f"\n{text.SEARCH_OPS}: {'; '.join(ops)}.")
@@ -409,7 +387,7 @@ def sections(out: str) -> List[str]:
     runs.append((counts[-1], f'CPU, all cores ({counts[-1]} threads)'))
   first = 'cpu' if on_cpu else 'wall'
   for threads, title in runs:
-    parts.append(f'## {title}\n\n{TABLE_HEAD[first]}')
+    parts.append(f'## {title}\n\n{text.TABLE_HEAD[first]}')
     parts.extend(
         training_rows(out, threads, first) + decoding_rows(out, threads, first)
     )

@@ -354,3 +354,18 @@ SEARCH_OPS = (
     'Ops one search step runs (the search loop of the longest batch, after'
     " XLA's fusion; on a GPU each is a kernel launch)"
 )
+
+# The toolkit table's head: rates per CPU second first, or wall-clock first
+# (an accelerator).
+TABLE_HEAD = {
+    'cpu': (
+        '| figure | L | nmt_jax, per CPU s | OpenNMT-py, per CPU s '
+        '| ratio per CPU s | ratio wall | notes |\n'
+        '|---|---:|---:|---:|---:|---:|---|'
+    ),
+    'wall': (
+        '| figure | L | nmt_jax, per s | OpenNMT-py, per s '
+        '| ratio wall | ratio per host CPU s | notes |\n'
+        '|---|---:|---:|---:|---:|---:|---|'
+    ),
+}
