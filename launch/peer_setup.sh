@@ -49,21 +49,18 @@ fi
 ONMT_IMPORTS=(configargparse pyyaml six sacrebleu "pyonmttok>=1.37,<2" spacy
   pyahocorasick rapidfuzz fasttext-wheel)
 
+ADD_OWN_SITE='import site, sys
+if sys.prefix != sys.base_prefix:
+    v = sys.version_info
+    pth = f"{sys.argv[1]}/lib/python{v[0]}.{v[1]}/site-packages/system_torch.pth"
+    open(pth, "w").write("\n".join(site.getsitepackages()) + "\n")'
 if [[ ! -x "$PY" ]]; then
   if [[ "${SYSTEM_TORCH:-0}" == 1 ]]; then
     run python3 -m venv --system-site-packages "$PEER_VENV"
     # Where python3 is itself a virtual environment's (GPU images often keep
     # torch in one), --system-site-packages reaches only the interpreter it
     # was made from: a .pth file adds python3's own site-packages.
-    if python3 -c 'import sys; sys.exit(sys.prefix == sys.base_prefix)'; then
-      SITE=$(python3 -c 'import site; print("\n".join(site.getsitepackages()))')
-      PTH=$PEER_VENV/lib/$(python3 -c 'import sys; print(f"python{sys.version_info[0]}.{sys.version_info[1]}")')/site-packages/system_torch.pth
-      if [[ "$DRY_RUN" == 1 ]]; then
-        echo "$(quote printf '%s\n' $SITE) > $(quote "$PTH")"
-      else
-        printf '%s\n' $SITE > "$PTH"
-      fi
-    fi
+    run python3 -c "$ADD_OWN_SITE" "$PEER_VENV"
   else
     run python3 -m venv "$PEER_VENV"
   fi

@@ -74,8 +74,9 @@ def _executed(bodies, name: str) -> List[Tuple[str, str]]:
   for opcode, line in bodies.get(name, []):
     if opcode in FREE_OPS:
       continue
-    if opcode == 'call' and _CALLEE.search(line):
-      ops.extend(_executed(bodies, _CALLEE.search(line).group(1)))
+    callee = _CALLEE.search(line) if opcode == 'call' else None
+    if callee:
+      ops.extend(_executed(bodies, callee.group(1)))
       continue
     ops.append((opcode, line))
     if opcode == 'conditional':
