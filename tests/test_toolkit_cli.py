@@ -407,6 +407,9 @@ def test_runs_share_a_persistent_compilation_cache(copy_model, tmp_path):
   del env['JAX_COMPILATION_CACHE_DIR']  # the test suite's own cache
   cache = tmp_path / 'cache'
   env['NMT_JAX_COMPILATION_CACHE'] = str(cache)
+  # Store every program: with optimizations off, a fast host compiles the
+  # tiny decoder under the suite's 0.5 s threshold and stores nothing.
+  env['JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS'] = '0'
   command = [
       sys.executable,
       '-m',
