@@ -158,9 +158,13 @@ fi
 # 2. All cores.
 ALL=$(nproc)
 if part all; then
+  # Training REPEATS pairs, decoding one run of each (the peer decodes the
+  # checkpoint of its first training run).
   for L in $LENGTHS; do
-    peer_train "$L" "$ALL" "peer_train_L${L}_t${ALL}_r1"
-    bench train "$L" "$ALL" "train_L${L}_t${ALL}_r1" --repeats=3
+    for r in $(seq 1 "$REPEATS"); do
+      peer_train "$L" "$ALL" "peer_train_L${L}_t${ALL}_r$r"
+      bench train "$L" "$ALL" "train_L${L}_t${ALL}_r$r" --repeats=3
+    done
     for beam in 1 10; do peer_decode "$L" "$ALL" $beam "peer_decode_L${L}_b${beam}_t${ALL}_r1"; done
     bench decode "$L" "$ALL" "decode_L${L}_t${ALL}_r1" "${DECODE[@]}"
   done
@@ -233,6 +237,23 @@ if part levers; then
     --config.model.attention.tau=1.2 --config.data.min_length=140 \
     --compare.data.min_length=140 --compare.model.query=previous \
     --compare.model.attention.score=concat
+  if [[ $PLATFORM == gpu ]]; then
+    # The training and search loops as CUDA graphs: with WHILE and
+    # CONDITIONAL among XLA's command buffers a loop runs on the device
+    # instead of launching every kernel of every step from the host.
+    GRAPHS=--xla_gpu_enable_command_buffer=FUSION,CUBLAS,CUBLASLT,CUSTOM_CALL,CUDNN,CONDITIONAL,WHILE
+    bench train 50 1 lever_cuda_graphs_train --repeats=3 "${OTHER[@]}" \
+      --config.compiler_options="$GRAPHS"
+    bench decode 50 1 lever_cuda_graphs_decode "${DECODE[@]}" "${OTHER[@]}" \
+      --config.compiler_options="$GRAPHS" --compare.decode.beam_size=10
+    kinds kinds_L200_long_cuda_graphs configs/memory_k64.py:copy200 200 \
+      --config.data.min_length=190 --compare.data.min_length=190 \
+      --config.compiler_options="$GRAPHS" --compare.compiler_options="$GRAPHS"
+    # 512 sentences per search step, where attention's share of a step grows.
+    kinds kinds_L200_long_batch512 configs/memory_k64.py:copy200 200 \
+      --config.data.min_length=190 --compare.data.min_length=190 \
+      --sentences_per_batch=512 --num_sentences=1000
+  fi
   for chunk in 0 10; do
     run "train_memory_chunk$chunk" "$PYTHON" -m nmt_jax.bench train_memory \
       --config=configs/memory_k64.py:wmt17_de_en --config.train.loss_chunk=$chunk \

@@ -157,6 +157,7 @@ def describe(config) -> Dict[str, Any]:
       'max_length': config.data.max_length,
       'batch_size': config.train.batch_size,
       'beam_size': config.decode.beam_size,
+      'compiler_options': config.compiler_options,
   }
 
 

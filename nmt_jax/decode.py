@@ -419,10 +419,12 @@ def make_decode_fn(
     beam_size: Optional[int] = None,
     with_diagnostics: bool = False,
     alignments: bool = False,
+    compiler_options=None,
 ):
   """Jitted fn(params, source) -> DecodeOutput for `beam_size` (1 = greedy).
 
-  `model`: a models.Seq2Seq or a scorer (scorers.py).
+  `model`: a models.Seq2Seq or a scorer (scorers.py). `compiler_options`:
+  XLA's, for jax.jit (nmt_jax/compiler_options.py).
   """
   beam_size = decode_config.beam_size if beam_size is None else beam_size
   common = dict(
@@ -443,4 +445,4 @@ def make_decode_fn(
         alpha=decode_config.length_penalty,
         **common
     )
-  return jax.jit(fn)
+  return jax.jit(fn, compiler_options=compiler_options)

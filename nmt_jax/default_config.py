@@ -41,6 +41,9 @@ def get_config(arg=None):
   config = ml_collections.ConfigDict()
   # One seed for parameters, dropout and data order.
   config.seed = 0
+  # XLA options for every compiled step (training, scoring, decoding), written
+  # as in XLA_FLAGS: '--xla_name=value ...' (nmt_jax/compiler_options.py).
+  config.compiler_options = ''
 
   # ---------------------------------------------------------------- data
   config.data = ml_collections.ConfigDict()

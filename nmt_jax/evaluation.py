@@ -10,6 +10,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from nmt_jax import compiler_options
 from nmt_jax import decode
 from nmt_jax import metrics as metrics_lib
 from nmt_jax import outputs
@@ -218,6 +219,7 @@ class Evaluator:
     self.boundaries = batching.bucket_boundaries(
         task.max_length, config.data.num_buckets
     )
+    self.compiler_options = compiler_options.get(config)
     self._target_log_probs = jax.jit(
         lambda params, batch: scorers.target_log_probs(
             self.scorer,
@@ -225,7 +227,8 @@ class Evaluator:
             batch['source'],
             batch['target_in'],
             batch['target_out'],
-        )
+        ),
+        compiler_options=self.compiler_options,
     )
     self._decoders = {}
     self.executables = {}
@@ -285,7 +288,11 @@ class Evaluator:
     if key not in self._decoders:
       check_beam(beam_size, self.task)
       self._decoders[key] = decode.make_decode_fn(
-          self.scorer, self.config.decode, beam_size, alignments=alignments
+          self.scorer,
+          self.config.decode,
+          beam_size,
+          alignments=alignments,
+          compiler_options=self.compiler_options,
       )
     nbest, stats = decode_split(
         self._decoders[key],

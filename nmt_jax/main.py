@@ -30,6 +30,7 @@ import ml_collections
 from ml_collections import config_flags
 
 from nmt_jax import compile_cache
+from nmt_jax import compiler_options
 from nmt_jax import errors
 from nmt_jax import inference
 from nmt_jax import parallel
@@ -322,6 +323,7 @@ def main(argv):
   try:
     maybe_initialize_distributed()
     compile_cache.configure()
+    compiler_options.get(config)  # XLA rejects a typo now, not at a first step
     if jax.process_count() == 1:
       # SIGTERM stops like Ctrl-C (the training loop saves a checkpoint
       # first); multi-process runs leave it to JAX's preemption service.

@@ -272,8 +272,10 @@ class JitStep:
   The loop keeps the global state.
   """
 
-  def __init__(self, step_fn: Callable, mesh: Mesh):
-    self._step = jax.jit(step_fn, donate_argnums=0)
+  def __init__(self, step_fn: Callable, mesh: Mesh, compiler_options=None):
+    self._step = jax.jit(
+        step_fn, donate_argnums=0, compiler_options=compiler_options
+    )
     self._mesh = mesh
 
   def __call__(self, state, rows: Dict[str, np.ndarray]):
@@ -320,9 +322,14 @@ class PmapStep(JitStep):
     return first_replica(device_metrics)
 
 
-def data_parallel_step(step_fn: Callable, mode: str, mesh: Mesh) -> JitStep:
+def data_parallel_step(
+    step_fn: Callable, mode: str, mesh: Mesh, compiler_options=None
+) -> JitStep:
   """The train step `step_fn` run as parallel.mode says.
 
-  Its signature is step_fn(state, batch, axis_name=None).
+  Its signature is step_fn(state, batch, axis_name=None). `compiler_options`
+  (XLA's, for jax.jit) need mode 'jit': jax.pmap takes none.
   """
-  return PmapStep(step_fn, mesh) if mode == 'pmap' else JitStep(step_fn, mesh)
+  if mode == 'pmap':
+    return PmapStep(step_fn, mesh)
+  return JitStep(step_fn, mesh, compiler_options)

@@ -17,6 +17,7 @@ import jax
 
 from nmt_jax import allocator
 from nmt_jax import checkpoint
+from nmt_jax import compiler_options
 from nmt_jax import data
 from nmt_jax import errors
 from nmt_jax import evaluation
@@ -223,7 +224,10 @@ def _train_and_evaluate(config, workdir: str, mesh) -> Dict[str, Any]:
     writer = writers.MetricWriter(workdir, enabled=lead)
     evaluator = evaluation.Evaluator(config, setup.model, task, mesh)
     train_step = parallel.data_parallel_step(
-        setup.step_fn(), config.parallel.mode, mesh
+        setup.step_fn(),
+        config.parallel.mode,
+        mesh,
+        compiler_options.get(config),
     )
     _log_batch(config, batches, mesh)
 

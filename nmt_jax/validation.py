@@ -7,6 +7,7 @@ what depends on the devices is checked where the mesh is made
 """
 
 from nmt_jax import attention
+from nmt_jax import compiler_options
 from nmt_jax import errors
 from nmt_jax.data import batching
 
@@ -119,6 +120,15 @@ def validate(config):
     errors.positive('data.vocab.size', vocab.size)
   else:
     errors.non_negative('data.vocab.size', vocab.size)
+  if compiler_options.parse(config.compiler_options) and (
+      config.parallel.mode == 'pmap'
+  ):
+    raise errors.config_error(
+        'compiler_options',
+        config.compiler_options,
+        'needs parallel.mode=jit (jax.pmap takes no compiler options)',
+        "set --config.parallel.mode=jit, or --config.compiler_options=''",
+    )
   _check_model(config.model)
   _check_data(config.data)
   _check_decode(config)

@@ -294,6 +294,8 @@ def test_bench_train_compare_alternates_and_pairs_repetitions(tmp_path):
       '--config=configs/global_general.py:tiny',
       '--compare=configs/global_general.py:tiny',
       '--config.train.dropout_rng=philox2x32',
+      # XLA's default, spelled out: the option compiles into one side only.
+      '--config.compiler_options=--xla_cpu_enable_fast_math=false',
       '--steps=2',
       '--repeats=2',
       f'--json={path}',
@@ -309,6 +311,9 @@ def test_bench_train_compare_alternates_and_pairs_repetitions(tmp_path):
       sorted(pairs)[0] / 2 + sorted(pairs)[1] / 2
   )
   assert 0 <= this['kernel_cpu_fraction'] <= 1
+  options = result['config'].pop('compiler_options')
+  assert options == '--xla_cpu_enable_fast_math=false'
+  assert result['compare_config'].pop('compiler_options') == ''
   assert result['compare_config'] == result['config']
 
 

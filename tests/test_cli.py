@@ -80,9 +80,24 @@ def final_params(workdir, step):
 
 @pytest.fixture(scope='module')
 def trained(tmp_path_factory):
-  workdir = str(tmp_path_factory.mktemp('runs') / 'tiny')
-  nmt(f'--config={CONFIG}', f'--workdir={workdir}', *QUICK)
+  runs = tmp_path_factory.mktemp('runs')
+  workdir = str(runs / 'tiny')
+  # XLA writes every program compiled with config.compiler_options to --xla_dump_to.
+  nmt(
+      f'--config={CONFIG}',
+      f'--workdir={workdir}',
+      f'--config.compiler_options=--xla_dump_to={runs / "xla"}',
+      *QUICK,
+  )
   return workdir
+
+
+def test_compiler_options_reach_the_steps_a_run_compiles(trained):
+  dumped = os.listdir(os.path.join(os.path.dirname(trained), 'xla'))
+  modules = {name.split('.')[1] for name in dumped}
+  assert {'jit_train_step', 'jit_greedy_search'} <= modules, modules
+  with open(os.path.join(trained, 'config.json')) as f:
+    assert json.load(f)['compiler_options'].startswith('--xla_dump_to=')
 
 
 def test_train_writes_the_workdir_contract(trained):
@@ -202,6 +217,14 @@ def _expect_error(result, *fragments):
         ('--config.model.hidden_size=0', 'model.hidden_size=0 must be > 0'),
         ('--config.decode.beam_size=0', 'decode.beam_size=0 must be > 0'),
         ('--config.train.batch_size=-4', 'train.batch_size=-4'),
+        (
+            '--config.compiler_options=--xla_no_such=1',
+            "XLA rejects it: No such compile option: 'xla_no_such'",
+        ),
+        (
+            '--config.compiler_options=jax_enable_x64=1',
+            "'jax_enable_x64=1' is not --xla_<name>=<value>",
+        ),
     ],
 )
 def test_config_errors_are_one_line_and_touch_nothing(

@@ -20,6 +20,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from nmt_jax import attention
+from nmt_jax import compiler_options
 from nmt_jax import errors
 from nmt_jax import models
 from nmt_jax import parallel
@@ -144,7 +145,11 @@ class TrainBench:
     setup = train.build(config, workdir)
     self.config, self.setup, self.num_steps = config, setup, num_steps
     self.state, self.batches = setup.state, setup.batches
-    step_fn = jax.jit(setup.step_fn(), donate_argnums=0)
+    step_fn = jax.jit(
+        setup.step_fn(),
+        donate_argnums=0,
+        compiler_options=compiler_options.get(config),
+    )
     samples = [
         parallel.shard_batch(batching.dummy_batch(rows, length), setup.mesh)
         for length, rows in zip(self.batches.boundaries, self.batches.sizes)
@@ -286,7 +291,8 @@ def bench_memory(config, vocab_size: int) -> Dict[str, Any]:
   step = functools.partial(
       steps.train_step, model=model, optimizer=optimizer, config=config
   )
-  analysis = jax.jit(step).lower(state, batch).compile().memory_analysis()
+  jitted = jax.jit(step, compiler_options=compiler_options.get(config))
+  analysis = jitted.lower(state, batch).compile().memory_analysis()
   mb = lambda n: n / 2**20
   params = sum(x.size for x in jax.tree_util.tree_leaves(state.params))
   return {

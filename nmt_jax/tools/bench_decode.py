@@ -144,7 +144,10 @@ class DecodeBench:
           np.sum(b['source'] != PAD, 1)[r]
           for r, (_, b) in zip(real, eval_batches)
       ])
-      forced = jax.jit(functools.partial(decode.forced_decode, self.model))
+      forced = jax.jit(
+          functools.partial(decode.forced_decode, self.model),
+          compiler_options=self.evaluator.compiler_options,
+      )
       calls = [(self.params, b['source'], b['target_in']) for b in device]
       compiled, compile_s = timing.compile_by_shape(forced, calls, warm=False)
       self._forced = (compiled, calls, real, lengths, compile_s)

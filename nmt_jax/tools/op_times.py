@@ -292,7 +292,10 @@ def bench_decode_ops(
       'source'
   ]
   decode_fn = decode.make_decode_fn(
-      evaluator.scorer, one.config.decode, beam_size
+      evaluator.scorer,
+      one.config.decode,
+      beam_size,
+      compiler_options=evaluator.compiler_options,
   )
   executable = decode_fn.lower(one.params, source).compile()
 

@@ -167,10 +167,10 @@ def _decode_pairs(this, other) -> List[float]:
   )
 
 
-def lever_rows(out: str) -> List[str]:
+def lever_rows(out: str, levers=text.LEVERS) -> List[str]:
   """Each lever's speedup from a `bench --compare` run (this / default)."""
   rows = []
-  for name, what in text.LEVERS:
+  for name, what in levers:
     path = os.path.join(out, name)
     if not os.path.exists(path):
       rows.append(f'| {what} | not measured | |')
@@ -339,7 +339,7 @@ def startup_section(out: str) -> List[str]:
 
 def kind_sections(out: str, where: str) -> List[str]:
   parts = []
-  for name, title, what in text.KINDS:
+  for name, title, what in text.KINDS + text.GPU_KINDS:
     path = os.path.join(out, name)
     if not os.path.exists(path):
       continue
@@ -400,7 +400,8 @@ def sections(out: str) -> List[str]:
       'pair of repetitions: median [min - max].\n\n'
       '| lever | speedup | figures |\n|---|---:|---|'
   )
-  parts.extend(lever_rows(out) + process_lever_rows(out))
+  levers = text.LEVERS + (() if on_cpu else text.GPU_LEVERS)
+  parts.extend(lever_rows(out, levers) + process_lever_rows(out))
   parts.extend(kind_sections(out, where))
   parts.extend(op_times.page_section(out, where))
   parts.extend(startup_section(out))

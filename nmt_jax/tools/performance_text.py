@@ -183,6 +183,22 @@ LEVERS = (
 )
 
 
+# The same for levers that only a GPU can show (left out of a CPU's table).
+GPU_LEVERS = (
+    (
+        'lever_cuda_graphs_train.json',
+        (
+            'training loops as CUDA graphs (`compiler_options='
+            '--xla_gpu_enable_command_buffer=...,CONDITIONAL,WHILE`) vs'
+            " XLA's default command buffers"
+        ),
+    ),
+    (
+        'lever_cuda_graphs_decode.json',
+        'search loops as CUDA graphs (the same option) vs the default',
+    ),
+)
+
 # bench decode --compare files: (name, title, what was run).
 KINDS = (
     (
@@ -267,6 +283,37 @@ KINDS = (
             ' `--compare.model.query=previous'
             ' --compare.model.attention.score=concat`): the two attention'
             ' kinds alone.'
+        ),
+    ),
+)
+
+# Runs that only a GPU makes (launch/performance.sh, PLATFORM=gpu).
+GPU_KINDS = (
+    (
+        'kinds_L200_long_cuda_graphs.json',
+        (
+            'memory K = 64 against global general attention, sources of 190-200'
+            ' tokens, both as CUDA graphs'
+        ),
+        (
+            'Memory against global at 190-200 tokens as in its table above,'
+            ' with both decoders compiled with'
+            ' `compiler_options=--xla_gpu_enable_command_buffer=...,CONDITIONAL,WHILE`'
+            ' (GPU only): the search loop runs on the device, not launched'
+            ' kernel by kernel from the host.'
+        ),
+    ),
+    (
+        'kinds_L200_long_batch512.json',
+        (
+            'memory K = 64 against global general attention, sources of 190-200'
+            ' tokens, 512 sentences per batch'
+        ),
+        (
+            'Memory against global at 190-200 tokens as in its table above,'
+            ' decoding 1,000 sentences in batches of 512 instead of 64: more'
+            " work per search step, so attention's share of a step grows where"
+            ' a step is bound by its kernel launches.'
         ),
     ),
 )
