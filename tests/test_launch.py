@@ -373,7 +373,13 @@ def test_the_script_writes_every_file_the_performance_page_reads(tmp_path):
   ] + [performance_text.STARTUP_FILE, *op_times.PAGE_FILES]
   for on, off, *_ in performance_text.PROCESS_LEVERS:  # 3 pairs (REPEATS)
     read += [name.format(r=r) for name in (on, off) for r in (1, 2, 3)]
-  assert len(read) == 41 and set(read) <= written, set(read) - written
+  for prefix, _ in performance_text.TRAINING_FIGURES[1:]:  # L = 50, one thread
+    read += [
+        f'{p}{prefix}train_L50_t1_r{r}.json'
+        for p in ('', 'peer_')
+        for r in (1, 2, 3)
+    ]
+  assert len(read) == 47 and set(read) <= written, set(read) - written
   preloaded = [
       line for line in result.stdout.splitlines() if 'LD_PRELOAD' in line
   ]

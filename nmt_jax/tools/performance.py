@@ -15,6 +15,7 @@ named after its device, with wall-clock rates first.
 import argparse
 import datetime
 import glob
+import itertools
 import json
 import os
 import re
@@ -95,13 +96,14 @@ def _peer_train_runs(out: str, pattern: str):
 
 def training_rows(out: str, threads: int, first: str = 'cpu') -> List[str]:
   rows = []
-  for length in (50, 100, 200):
-    ours = _bench_runs(out, f'train_L{length}_t{threads}_r{{r}}.json')
+  for (prefix, figure), length in itertools.product(
+      text.TRAINING_FIGURES, (50, 100, 200)
+  ):
+    name = f'{prefix}train_L{length}_t{threads}_r{{r}}.json'
+    ours = _bench_runs(out, name)
     if not ours:
       continue
-    theirs = _peer_train_runs(
-        out, f'peer_train_L{length}_t{threads}_r{{r}}.json'
-    )
+    theirs = _peer_train_runs(out, f'peer_{name}')
     pad = statistics.median(x['padding_fraction'] for x in ours.values())
     compile_s = statistics.median(x['compile_s'] for x in ours.values())
     notes = (
@@ -110,7 +112,6 @@ def training_rows(out: str, threads: int, first: str = 'cpu') -> List[str]:
     )
     if first == 'wall':  # an accelerator: how many kernels the loops launch
       notes += _loop_launches(ours)
-    figure = 'training, target tok/s'
     rows.append(_row(figure, length, ours, theirs, 'tokens', notes, first))
   return rows
 

@@ -65,6 +65,19 @@ least 2x and beam 10 at least 1.5x (ratios per CPU second).
 """
 
 
+# Training rows of a toolkit table: (file prefix, figure). The files are
+# prefix + train_L{L}_t{threads}_r{r}.json and peer_ + the same.
+TRAINING_FIGURES = (
+    ('', 'training, target tok/s'),
+    (
+        'best_',
+        (
+            'training, target tok/s, two opt-in levers: 16 fitted buckets and'
+            ' glibc keeping freed memory'
+        ),
+    ),
+)
+
 # Levers set per process (training at L = 50 in separate processes,
 # alternating): (files with the lever on, files with it off, what it is,
 # whose files: 'bench' or 'peer').
