@@ -233,19 +233,17 @@ if part levers; then
   kinds kinds_flexible_L150 configs/flexible.py:copy150 150 \
     --config.model.attention.tau=1.2
   # The same at sources of about L tokens (lengths L - 10 .. L, not 1 .. L).
-  kinds kinds_L200_long configs/memory_k64.py:copy200 200 \
-    --config.data.min_length=190 --compare.data.min_length=190
+  LONG200=(--config.data.min_length=190 --compare.data.min_length=190)
+  LONG150=(--config.data.min_length=140 --compare.data.min_length=140)
+  kinds kinds_L200_long configs/memory_k64.py:copy200 200 "${LONG200[@]}"
   kinds kinds_flexible_L150_long configs/flexible.py:copy150 150 \
-    --config.model.attention.tau=1.2 --config.data.min_length=140 \
-    --compare.data.min_length=140
+    --config.model.attention.tau=1.2 "${LONG150[@]}"
   # No attention against global at 190-200 tokens: the floor of any kind.
-  kinds kinds_none_L200_long configs/no_attention.py:copy200 200 \
-    --config.data.min_length=190 --compare.data.min_length=190
+  kinds kinds_none_L200_long configs/no_attention.py:copy200 200 "${LONG200[@]}"
   # Flexible against global in flexible's decoder (query h_{t-1}, concat
   # score): the attention kinds alone.
   kinds kinds_flexible_L150_same_decoder configs/flexible.py:copy150 150 \
-    --config.model.attention.tau=1.2 --config.data.min_length=140 \
-    --compare.data.min_length=140 --compare.model.query=previous \
+    --config.model.attention.tau=1.2 "${LONG150[@]}" --compare.model.query=previous \
     --compare.model.attention.score=concat
   if [[ $PLATFORM == gpu ]]; then
     # The training and search loops as CUDA graphs: with WHILE and
@@ -256,12 +254,10 @@ if part levers; then
       --config.compiler_options="$GRAPHS"
     bench decode 50 1 lever_cuda_graphs_decode "${DECODE[@]}" "${OTHER[@]}" \
       --config.compiler_options="$GRAPHS" --compare.decode.beam_size=10
-    kinds kinds_L200_long_cuda_graphs configs/memory_k64.py:copy200 200 \
-      --config.data.min_length=190 --compare.data.min_length=190 \
+    kinds kinds_L200_long_cuda_graphs configs/memory_k64.py:copy200 200 "${LONG200[@]}" \
       --config.compiler_options="$GRAPHS" --compare.compiler_options="$GRAPHS"
     # 512 sentences per search step, where attention's share of a step grows.
-    kinds kinds_L200_long_batch512 configs/memory_k64.py:copy200 200 \
-      --config.data.min_length=190 --compare.data.min_length=190 \
+    kinds kinds_L200_long_batch512 configs/memory_k64.py:copy200 200 "${LONG200[@]}" \
       --sentences_per_batch=512 --num_sentences=1000
   fi
   for chunk in 0 10; do
