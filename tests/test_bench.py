@@ -89,6 +89,15 @@ def test_bench_train_json(tmp_path):
   assert 'tokens_per_sec' in out.stdout
 
 
+def test_a_training_figure_is_the_repetition_of_median_rate():
+  # (seconds, real target tokens, ...): repetitions run different batches,
+  # so the repetition of median seconds (the second, 2.0 s) has the lowest
+  # rate (500 tok/s); the median rate is the third's (800).
+  results = [(1.0, 1000), (2.0, 1000), (2.5, 2000)]
+  assert bench_lib.median_repetition(results) == (2.5, 2000)
+  assert bench_lib.median_repetition([(1.0, 10)]) == (1.0, 10)
+
+
 def test_bench_peer_that_matches_nothing_is_one_line(tmp_path):
   out = conftest.run_module(
       'nmt_jax.bench',

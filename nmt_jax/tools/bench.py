@@ -132,6 +132,17 @@ def dense_flops(
 # ----------------------------------------------------------------- train
 
 
+def median_repetition(results):
+  """The repetition of median rate (real target tokens per second).
+
+  results: `TrainBench.time()` tuples (seconds, real tokens, ...). Each
+  repetition runs the next batches of the stream, so their token counts
+  differ and the repetition of median seconds need not have the median rate.
+  """
+  rates = [r[1] / r[0] for r in results]
+  return results[int(np.argsort(rates)[len(rates) // 2])]
+
+
 class TrainBench:
   """One config's compiled training step and batches.
 
@@ -197,8 +208,7 @@ class TrainBench:
 
   def summary(self, results) -> Dict[str, Any]:
     """The figures of `time()`'s results: the median repetition's rates."""
-    seconds = [r[0] for r in results]
-    median = results[int(np.argsort(seconds)[len(seconds) // 2])]
+    median = median_repetition(results)
     rate = matmul_gflops()
     gflops = median[3] / median[0] / 1e9
     return {
