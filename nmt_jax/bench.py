@@ -72,7 +72,7 @@ _THREADS = flags.DEFINE_integer(
     'CPU threads (pins the process to that many cores); default: all.',
 )
 _REPEATS = flags.DEFINE_integer(
-    'repeats', 3, 'Timed repetitions (the median is reported).'
+    'repeats', 3, 'Timed repetitions (the one of median rate is reported).'
 )
 _STEPS = flags.DEFINE_integer(
     'steps',
