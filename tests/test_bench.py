@@ -79,6 +79,8 @@ def test_bench_train_json(tmp_path):
   ):
     assert result['this'][key] > 0, key
   assert result['this']['peak_device_memory_mb'] is None  # CPU: see RSS
+  assert result['this']['steps_per_repetition'] == 2
+  assert result['this']['repetitions'] == 1
   assert result['peer']['tokens_per_sec'] == 2000.0
   assert result['peer']['tokens_per_cpu_sec'] == 3500.0  # (1000 + 6000) / 2
   this = result['this']

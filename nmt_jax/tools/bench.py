@@ -222,6 +222,8 @@ class TrainBench:
         'padding_fraction': 1 - median[1] / median[2],
         'bucket_lengths': list(self.batches.boundaries),
         'step_ms': 1000 * median[0] / self.num_steps,
+        'steps_per_repetition': self.num_steps,
+        'repetitions': len(results),
         'compile_s': self.compile_s,
         'compile_buckets': len(self.batches.boundaries),
         'peak_rss_mb': peak_rss_mb(),
