@@ -9,6 +9,7 @@ decay decide as the validations say, also across a resume.
 import gzip
 import json
 import os
+import signal
 import subprocess
 import sys
 
@@ -440,10 +441,8 @@ def test_runs_share_a_persistent_compilation_cache(copy_model, tmp_path):
 
 
 def test_profiles_of_training_steps_and_decoding(tmp_path):
-  workdir = tmp_path / 'run'
-  nmt(
+  args = (
       '--config=configs/global_general.py:tiny',
-      f'--workdir={workdir}',
       '--config.train.profile_steps=2',
       '--config.train.profile_from_step=1',
       '--config.decode.profile=true',
@@ -453,6 +452,16 @@ def test_profiles_of_training_steps_and_decoding(tmp_path):
       '--config.train.eval_every=100',
       '--config.data.num_buckets=1',
   )
+  # jax.profiler (JAX 0.10.2 on XLA:CPU) once died of SIGSEGV inside the
+  # traced steps of this run, in a CI run with both cores busy (not seen
+  # again in 30 runs three at a time): a second run in a fresh workdir tells
+  # that rare crash from profiling that fails.
+  for attempt in range(2):
+    workdir = tmp_path / f'run_{attempt}'
+    result = nmt(*args, f'--workdir={workdir}', check=False)
+    if result.returncode != -signal.SIGSEGV:
+      break
+  assert result.returncode == 0, result.stderr[-3000:]
   for folder, program in (
       ('profile', 'jit_train_step'),
       ('profile_decode', 'jit_greedy_search'),
