@@ -140,7 +140,7 @@ def median_repetition(results):
   differ and the repetition of median seconds need not have the median rate.
   """
   rates = [r[1] / r[0] for r in results]
-  return results[int(np.argsort(rates)[len(rates) // 2])]
+  return results[rates.index(statistics.median_high(rates))]
 
 
 class TrainBench:
