@@ -16,11 +16,14 @@
 # (`python -m nmt_jax.tools.performance OUT --output=...`). --dry-run prints
 # the commands instead. REPEATS (3) pairs per figure; PARTS (default
 # "train decode all levers startup page") runs some parts only, and ONLY
-# (names of runs, as in OUT) some runs only. ~95 min on 2 cores.
+# (names of runs, as in OUT) some runs only. ~2 h on 2 cores. A training
+# repetition is STEPS (10) steps in the levers' in-process comparisons and
+# PAIR_STEPS (27) in the runs paired with OpenNMT-py, whose figure is one
+# window of 80 steps: 3 x 27 covers as many batches.
 # PLATFORM=gpu times both toolkits on the GPU instead (a CUDA build of JAX
 # here and of torch in PEER_VENV; OpenNMT-py with -gpu_ranks 0 / -gpu 0):
-# nothing is pinned, the all-cores part is skipped and a training
-# repetition is STEPS (100) steps instead of 10.
+# nothing is pinned, the all-cores part is skipped and every training
+# repetition is STEPS (100) steps.
 set -euo pipefail
 
 usage() { sed -n '2,23p' "$0" | sed 's/^# \{0,1\}//'; }
@@ -43,9 +46,10 @@ PYTHON=${PYTHON:-python}
 PARTS=" ${PARTS:-train decode all levers startup page} "
 PLATFORM=${PLATFORM:-cpu}
 case $PLATFORM in
-  cpu) PEER_TRAIN_DEVICE=() PEER_DECODE_DEVICE=(-gpu -1) STEPS=${STEPS:-10} ;;
+  cpu) PEER_TRAIN_DEVICE=() PEER_DECODE_DEVICE=(-gpu -1) STEPS=${STEPS:-10}
+    PAIR_STEPS=${PAIR_STEPS:-27} ;;
   gpu) PEER_TRAIN_DEVICE=(-world_size 1 -gpu_ranks 0) PEER_DECODE_DEVICE=(-gpu 0)
-    PARTS=${PARTS/ all / } STEPS=${STEPS:-100} ;;
+    PARTS=${PARTS/ all / } STEPS=${STEPS:-100} PAIR_STEPS=${PAIR_STEPS:-$STEPS} ;;
   *) error "PLATFORM=$PLATFORM: use cpu or gpu" ;;
 esac
 PEER_VENV=${PEER_VENV:-}
@@ -85,11 +89,12 @@ run() { # run NAME command...: output to OUT/NAME.log (or printed, --dry-run)
   "$@" > "$OUT/$name.log" 2>&1 || { echo "failed: $OUT/$name.log"; tail -3 "$OUT/$name.log"; }
 }
 BRITZ=(--config.model.bidirectional=all --config.model.bridge=copy)
-bench() { # bench train|decode L THREADS NAME [args...] (BENCH_ENV: env settings)
+bench() { # bench train|decode L THREADS NAME [args...] (BENCH_ENV: env settings;
+  # RUN_STEPS: steps per training repetition, STEPS unless set)
   local command=$1 length=$2 threads=$3 name=$4 steps=()
   shift 4
   pin "$threads"
-  [[ $command == train ]] && steps=(--steps="$STEPS")
+  [[ $command == train ]] && steps=(--steps="${RUN_STEPS:-$STEPS}")
   run "$name" "${PIN[@]}" env ${BENCH_ENV:-} "$PYTHON" -m nmt_jax.bench "$command" \
     --config="configs/global_general.py:copy$length" "${BRITZ[@]}" \
     "${THREADS[@]}" "${steps[@]}" --json="$OUT/$name.json" "$@"
@@ -139,7 +144,7 @@ if part train; then
   for r in $(seq 1 "$REPEATS"); do
     for L in $LENGTHS; do
       peer_train "$L" 1 "peer_train_L${L}_t1_r$r"
-      bench train "$L" 1 "train_L${L}_t1_r$r" --repeats=3
+      RUN_STEPS=$PAIR_STEPS bench train "$L" 1 "train_L${L}_t1_r$r" --repeats=3
     done
   done
   # Where the step's time goes: the longest bucket's ops, traced.
@@ -163,7 +168,7 @@ if part all; then
   for L in $LENGTHS; do
     for r in $(seq 1 "$REPEATS"); do
       peer_train "$L" "$ALL" "peer_train_L${L}_t${ALL}_r$r"
-      bench train "$L" "$ALL" "train_L${L}_t${ALL}_r$r" --repeats=3
+      RUN_STEPS=$PAIR_STEPS bench train "$L" "$ALL" "train_L${L}_t${ALL}_r$r" --repeats=3
     done
     for beam in 1 10; do peer_decode "$L" "$ALL" $beam "peer_decode_L${L}_b${beam}_t${ALL}_r1"; done
     bench decode "$L" "$ALL" "decode_L${L}_t${ALL}_r1" "${DECODE[@]}"
@@ -207,8 +212,9 @@ if part levers; then
   if [[ $PLATFORM == cpu ]]; then
     for r in $(seq 1 "$REPEATS"); do
       peer_train 50 1 "peer_best_train_L50_t1_r$r"
-      BENCH_ENV=NMT_JAX_KEEP_FREED_MEMORY=1 bench train 50 1 "best_train_L50_t1_r$r" \
-        --repeats=3 --config.data.bucketing=fitted --config.data.num_buckets=16
+      RUN_STEPS=$PAIR_STEPS BENCH_ENV=NMT_JAX_KEEP_FREED_MEMORY=1 bench train 50 1 \
+        "best_train_L50_t1_r$r" --repeats=3 --config.data.bucketing=fitted \
+        --config.data.num_buckets=16
     done
   fi
   bench train 50 1 lever_bfloat16 --repeats=3 "${OTHER[@]}" --config.model.dtype=bfloat16

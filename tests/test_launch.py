@@ -318,8 +318,29 @@ def test_performance_runs_alternate_toolkits_on_one_pinned_core(tmp_path):
   ]
   # Training: peer, nmt_jax per length and repeat (2 lengths x 2 repeats).
   assert who[:8] == ['peer', 'nmt_jax'] * 4
+  # nmt_jax's repetitions in a pair cover OpenNMT-py's 80-step window.
+  assert all(
+      '--steps=27' in a for a, w in zip(timed[:8], who) if w == 'nmt_jax'
+  )
   assert not (tmp_path / 'out').exists()  # --dry-run creates nothing
   assert 'nmt_jax.tools.performance' in lines[-1]
+
+
+def test_performance_levers_compare_repetitions_of_ten_steps(tmp_path):
+  names = ('lever_fitted16', 'best_train_L50_t1_r1')
+  result = _performance_dry_run(tmp_path, PARTS='levers', ONLY=' '.join(names))
+  assert result.returncode == 0, result.stderr
+  steps = {}
+  for args in map(shlex.split, result.stdout.splitlines()):
+    for name in names:
+      if f'--json={tmp_path / "out" / name}.json' in args:
+        steps[name] = [x for x in args if x.startswith('--steps=')]
+  # In-process lever comparisons pair short repetitions; the run paired with
+  # OpenNMT-py covers its 80-step window.
+  assert steps == {
+      'lever_fitted16': ['--steps=10'],
+      'best_train_L50_t1_r1': ['--steps=27'],
+  }, result.stdout
 
 
 def test_performance_on_a_gpu_runs_both_toolkits_there_unpinned(tmp_path):
