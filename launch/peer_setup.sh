@@ -24,7 +24,7 @@ set -euo pipefail
 REPO_ROOT=$(cd "$(dirname "$0")/.." && pwd)
 source "$REPO_ROOT/launch/common.sh"
 
-usage() { sed -n '2,21p' "$0" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '2,/^[^#]/s/^# \{0,1\}//p' "$0"; } # the header comment
 for arg in "$@"; do
   case $arg in
     -h|--help) usage; exit 0 ;;

@@ -26,7 +26,7 @@
 # repetition is STEPS (100) steps.
 set -euo pipefail
 
-usage() { sed -n '2,23p' "$0" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '2,/^[^#]/s/^# \{0,1\}//p' "$0"; } # the header comment
 error() { echo "error: $*" >&2; exit 2; }
 OUT= DRY_RUN= PAGE=docs/performance.md
 for arg in "$@"; do

@@ -1,5 +1,6 @@
 """launch/ scripts: the exact commands of --dry-run, and one-line argument errors."""
 
+import itertools
 import os
 import re
 import shlex
@@ -278,6 +279,16 @@ def test_argument_errors(script, args, message):
   assert (
       len(lines) == 1 and lines[0].startswith('error: ') and message in lines[0]
   ), lines
+
+
+@pytest.mark.parametrize('script', ['performance.sh', 'peer_setup.sh'])
+def test_help_prints_the_whole_header_comment(script):
+  result = launch(script, '--help')
+  assert result.returncode == 0, result.stderr
+  with open(os.path.join(ROOT, 'launch', script)) as f:
+    lines = f.read().splitlines()[1:]  # after the #! line
+  header = itertools.takewhile(lambda line: line.startswith('#'), lines)
+  assert result.stdout.splitlines() == [line[2:] for line in header]
 
 
 def _performance_dry_run(tmp_path, **env):
