@@ -262,9 +262,17 @@ if part levers; then
       --config.compiler_options="$GRAPHS" --compare.decode.beam_size=10
     kinds kinds_L200_long_cuda_graphs configs/memory_k64.py:copy200 200 "${LONG200[@]}" \
       --config.compiler_options="$GRAPHS" --compare.compiler_options="$GRAPHS"
+    # Flexible's width switch is a CONDITIONAL: inside a command buffer its
+    # branch index stays on the device.
+    kinds kinds_flexible_L150_long_cuda_graphs configs/flexible.py:copy150 150 \
+      --config.model.attention.tau=1.2 "${LONG150[@]}" \
+      --config.compiler_options="$GRAPHS" --compare.compiler_options="$GRAPHS"
     # 512 sentences per search step, where attention's share of a step grows.
     kinds kinds_L200_long_batch512 configs/memory_k64.py:copy200 200 "${LONG200[@]}" \
       --sentences_per_batch=512 --num_sentences=1000
+    kinds kinds_L200_long_batch512_cuda_graphs configs/memory_k64.py:copy200 200 \
+      "${LONG200[@]}" --sentences_per_batch=512 --num_sentences=1000 \
+      --config.compiler_options="$GRAPHS" --compare.compiler_options="$GRAPHS"
   fi
   for chunk in 0 10; do
     run "train_memory_chunk$chunk" "$PYTHON" -m nmt_jax.bench train_memory \

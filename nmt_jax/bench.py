@@ -158,6 +158,7 @@ def describe(config) -> Dict[str, Any]:
       'batch_size': config.train.batch_size,
       'beam_size': config.decode.beam_size,
       'compiler_options': config.compiler_options,
+      'decode_compiler_options': config.decode.get('compiler_options', ''),
   }
 
 

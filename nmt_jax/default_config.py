@@ -270,6 +270,9 @@ def get_config(arg=None):
   # fewer iterations (see model.scan_unroll); a step past the end of the
   # search is computed and discarded.
   config.decode.unroll = 1
+  # XLA options for the decoders alone, on top of config.compiler_options
+  # (a name set in both takes this value): e.g. search loops as CUDA graphs.
+  config.decode.compiler_options = ''
 
   # ---------------------------------------------------------------- parallelism
   config.parallel = ml_collections.ConfigDict()

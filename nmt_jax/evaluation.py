@@ -220,6 +220,7 @@ class Evaluator:
         task.max_length, config.data.num_buckets
     )
     self.compiler_options = compiler_options.get(config)
+    self.decode_compiler_options = compiler_options.get_decode(config)
     self._target_log_probs = jax.jit(
         lambda params, batch: scorers.target_log_probs(
             self.scorer,
@@ -292,7 +293,7 @@ class Evaluator:
           self.config.decode,
           beam_size,
           alignments=alignments,
-          compiler_options=self.compiler_options,
+          compiler_options=self.decode_compiler_options,
       )
     nbest, stats = decode_split(
         self._decoders[key],

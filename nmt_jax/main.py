@@ -323,7 +323,8 @@ def main(argv):
   try:
     maybe_initialize_distributed()
     compile_cache.configure()
-    compiler_options.get(config)  # XLA rejects a typo now, not at a first step
+    # XLA rejects a typo now, not at a first step.
+    compiler_options.get_decode(config)
     if jax.process_count() == 1:
       # SIGTERM stops like Ctrl-C (the training loop saves a checkpoint
       # first); multi-process runs leave it to JAX's preemption service.

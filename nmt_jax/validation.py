@@ -210,6 +210,9 @@ def _check_model(model):
 
 def _check_decode(config):
   decode = config.decode
+  compiler_options.parse(
+      decode.get('compiler_options', ''), compiler_options.DECODE_FIELD
+  )
   if decode.nbest > decode.beam_size:
     raise errors.config_error(
         'decode.nbest',

@@ -225,6 +225,10 @@ def _expect_error(result, *fragments):
             '--config.compiler_options=jax_enable_x64=1',
             "'jax_enable_x64=1' is not --xla_<name>=<value>",
         ),
+        (
+            '--config.decode.compiler_options=--xla_no_such=1',
+            "decode.compiler_options='--xla_no_such=1' XLA rejects it",
+        ),
     ],
 )
 def test_config_errors_are_one_line_and_touch_nothing(

@@ -1,15 +1,21 @@
-"""config.compiler_options: parsed, checked by XLA up front, and compiled into the programs."""
+"""config.compiler_options and decode.compiler_options: parsed, checked by XLA up
+front, and compiled into the programs they are for."""
 
 import os
+import shutil
 
 import jax.numpy as jnp
 import numpy as np
 import pytest
 
 from nmt_jax import compiler_options
+from nmt_jax import data
 from nmt_jax import decode
 from nmt_jax import default_config
 from nmt_jax import errors
+from nmt_jax import evaluation
+from nmt_jax import parallel
+from nmt_jax import steps
 from nmt_jax import validation
 from tests import helpers
 
@@ -102,3 +108,58 @@ def test_decoder_compiles_with_the_options_and_decodes_the_same(tmp_path):
     dumped = {name.split('.')[1] for name in os.listdir(tmp_path)}
     assert ('jit_greedy_search' in dumped) == bool(text), dumped
   np.testing.assert_array_equal(*outputs.values())
+
+
+def test_decode_options_add_to_the_run_options_and_win_a_clash():
+  config = default_config.get_config('tiny')
+  config.compiler_options = (
+      '--xla_gpu_enable_command_buffer=FUSION --xla_cpu_enable_fast_math'
+  )
+  config.decode.compiler_options = '--xla_gpu_enable_command_buffer=WHILE'
+  assert compiler_options.get_decode(config) == {
+      'xla_gpu_enable_command_buffer': 'WHILE',
+      'xla_cpu_enable_fast_math': True,
+  }
+  # The training step and the scorer keep the run's own options.
+  assert compiler_options.get(config) == {
+      'xla_gpu_enable_command_buffer': 'FUSION',
+      'xla_cpu_enable_fast_math': True,
+  }
+
+
+def test_decode_options_errors_name_their_own_field():
+  config = default_config.get_config('tiny')
+  config.decode.compiler_options = '--xla_no_such_option=1'
+  with pytest.raises(errors.ConfigError) as e:
+    compiler_options.get_decode(config)
+  assert str(e.value).startswith('config: decode.compiler_options=')
+  assert '--config.decode.compiler_options=' in str(e.value)
+  config.decode.compiler_options = 'xla_a='
+  with pytest.raises(errors.ConfigError, match='decode.compiler_options'):
+    validation.resolve(config)
+  # Decoding compiles with jax.jit in either parallel mode: pmap is fine.
+  config.decode.compiler_options = NO_FUSION
+  config.parallel.mode = 'pmap'
+  validation.resolve(config)
+
+
+def test_evaluator_compiles_only_its_decoders_with_the_decode_options(
+    tmp_path,
+):
+  config = helpers.tiny_config()
+  config.decode.compiler_options = f'--xla_dump_to={tmp_path}'
+  task = data.load_task(config.data, seed=0)
+  model = steps.create_model(config, task)
+  params = helpers.init_params(model)
+  evaluator = evaluation.Evaluator(config, model, task, parallel.make_mesh())
+  # Drop what the options' own check compiled, then score: the scorer
+  # compiles with the run's options (''), so nothing is dumped.
+  shutil.rmtree(tmp_path)
+  evaluator.loss(params, task.eval)
+  assert not tmp_path.exists()
+  decoded = evaluator.decode(params, task.eval, beam_size=1)
+  dumped = {name.split('.')[1] for name in os.listdir(tmp_path)}
+  assert 'jit_greedy_search' in dumped, dumped
+  config.decode.compiler_options = ''
+  plain = evaluation.Evaluator(config, model, task, parallel.make_mesh())
+  assert plain.decode(params, task.eval, beam_size=1).texts == decoded.texts

@@ -420,17 +420,21 @@ def test_the_script_writes_every_file_the_performance_page_reads(tmp_path):
       entry[0]
       for entry in performance_text.GPU_LEVERS + performance_text.GPU_KINDS
   ]
-  assert len(gpu_only) == 4 and not set(gpu_only) & written
+  assert len(gpu_only) == 6 and not set(gpu_only) & written
   on_gpu = _performance_dry_run(tmp_path, PARTS='levers', PLATFORM='gpu')
   assert on_gpu.returncode == 0, on_gpu.stderr
   assert set(gpu_only) <= set(
       re.findall(r'--json[= ]\S*/(\w+\.json)', on_gpu.stdout)
   )
-  # The option reaches both sides of the graphs-against-graphs comparison.
-  graphs = next(
-      line for line in on_gpu.stdout.splitlines() if 'cuda_graphs.json' in line
-  )
-  assert graphs.count('compiler_options=--xla_gpu_enable_command_buffer') == 2
+  # The option reaches both sides of each graphs-against-graphs comparison.
+  graphs = [
+      line
+      for line in on_gpu.stdout.splitlines()
+      if re.search(r'/kinds_\w*_cuda_graphs\.json', line)
+  ]
+  assert len(graphs) == 3
+  for line in graphs:
+    assert line.count('compiler_options=--xla_gpu_enable_command_buffer') == 2
 
 
 def _peer_setup(tmp_path, *args, **env):

@@ -295,7 +295,7 @@ def bench_decode_ops(
       evaluator.scorer,
       one.config.decode,
       beam_size,
-      compiler_options=evaluator.compiler_options,
+      compiler_options=evaluator.decode_compiler_options,
   )
   executable = decode_fn.lower(one.params, source).compile()
 

@@ -329,7 +329,24 @@ GPU_KINDS = (
             ' a step is bound by its kernel launches.'
         ),
     ),
+    (
+        'kinds_L200_long_batch512_cuda_graphs.json',
+        (
+            'memory K = 64 against global, 190-200 tokens, 512 sentences per'
+            ' batch, both as CUDA graphs'
+        ),
+        'The two runs above together: 512 sentences per batch, CUDA graphs.',
+    ),
+    (
+        'kinds_flexible_L150_long_cuda_graphs.json',
+        (
+            'flexible (tau = 1.2) against global general, 140-150 tokens, both'
+            ' as CUDA graphs'
+        ),
+        "As flexible's table above, both decoders as CUDA graphs.",
+    ),
 )
+
 
 STARTUP_FILE = 'startup_L50.json'
 
