@@ -149,12 +149,38 @@ def test_bench_decode_json_with_compare(tmp_path):
     }
     assert 0 < search['greedy'] < search['beam2']
   assert set(result['speedup']) == {'greedy', 'beam2', 'forced'}
+  # Two models (different weights): the texts they decode differ.
+  assert result['same_outputs'] == {'greedy': False, 'beam2': False}
   # decode.batch_size (16) counts hypotheses: beam search takes 16 // 2.
   batches = {
       mode: result['this'][mode]['sentences_per_batch']
       for mode in ('greedy', 'beam2', 'forced')
   }
   assert batches == {'greedy': 16, 'beam2': 8, 'forced': 16}
+
+
+def test_bench_decode_compare_says_a_lever_decodes_the_same_texts(tmp_path):
+  path = tmp_path / 'decode.json'
+  bench(
+      'decode',
+      '--config=configs/global_general.py:tiny',
+      '--compare=configs/global_general.py:tiny',
+      # XLA's default, spelled out: compiled into one side's decoders only.
+      '--config.decode.compiler_options=--xla_cpu_enable_fast_math=false',
+      '--modes=greedy,beam',
+      '--repeats=1',
+      '--num_sentences=8',
+      f'--json={path}',
+  )
+  result = json.loads(path.read_text())
+  assert result['same_outputs'] == {'greedy': True, 'beam2': True}
+  assert result['config']['decode_compiler_options'] == (
+      '--xla_cpu_enable_fast_math=false'
+  )
+  assert result['compare_config']['decode_compiler_options'] == ''
+  # The digest is of the texts: greedy and beam search decode others here.
+  this = result['this']
+  assert this['greedy']['outputs_sha1'] != this['beam2']['outputs_sha1']
 
 
 def test_sentences_per_batch_is_the_batch_of_every_mode(monkeypatch):

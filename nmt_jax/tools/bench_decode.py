@@ -10,6 +10,12 @@ until each sentence's reference length (ratio 1, offset 0): every hypothesis
 runs exactly as many steps as a perfect copy model's, which is what the cost
 depends on. With a workdir, its best checkpoint decodes as configured.
 
+Each search mode also records a digest of the texts it decoded
+(`outputs_sha1`); with `--compare`, `same_outputs` says per mode whether the
+two configs decoded the same texts: a speed lever that must not change the
+search (compiler options, tables, unrolling) shows it there, where two
+models with the same weights (same seed and shapes) are compared.
+
 decode.batch_size counts hypotheses (beam search decodes batch_size //
 beam_size sentences at a time); `sentences_per_batch` decodes that many
 sentences per batch in every mode instead, as toolkits that batch sentences
@@ -17,6 +23,7 @@ whatever the beam do (OpenNMT-py's `-batch_size N -batch_type sents`).
 """
 
 import functools
+import hashlib
 import statistics
 from typing import Any, Dict, Optional
 
@@ -111,7 +118,7 @@ class DecodeBench:
       return self._time_forced()
     beam_size = self.beam_size(mode)
     evaluator = self.evaluator_for(beam_size)
-    _, info = evaluator.translate(
+    texts, info = evaluator.translate(
         self.params, self.task.eval, beam_size, self.limit
     )
     if mode not in self._loop_ops:  # HLO text is slow to print: once per mode
@@ -129,6 +136,7 @@ class DecodeBench:
         'compile_s': info['decode_compile_seconds'],
         'sentences_per_batch': evaluator.decode_batch_size(beam_size),
         'loop_ops': self._loop_ops[mode],
+        'outputs_sha1': hashlib.sha1('\n'.join(texts).encode()).hexdigest(),
     }
 
   def _time_forced(self):
@@ -211,6 +219,11 @@ def bench_decode(
       if isinstance(this, dict) and isinstance(other, dict):
         speedup = other['ms_per_sentence'] / this['ms_per_sentence']
         result['speedup'][label] = speedup
+    result['same_outputs'] = {
+        label: this['outputs_sha1'] == result['other'][label]['outputs_sha1']
+        for label, this in result['this'].items()
+        if isinstance(this, dict) and 'outputs_sha1' in this
+    }
   result['peak_rss_mb'] = bench.peak_rss_mb()
   result['peak_device_memory_mb'] = bench.peak_device_memory_mb()
   return result
