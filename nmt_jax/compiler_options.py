@@ -95,8 +95,6 @@ def get(config) -> Dict[str, Union[str, bool]]:
 
 def get_decode(config) -> Dict[str, Union[str, bool]]:
   """The options for the decoders: `config`'s, then decode.compiler_options'."""
-  decode = config.get('decode') or {}
-  return {
-      **get(config),
-      **_checked(decode.get('compiler_options', ''), DECODE_FIELD),
-  }
+  # .get: configs written before the field (an older workdir's) lack it.
+  text = config.decode.get('compiler_options', '')
+  return {**get(config), **_checked(text, DECODE_FIELD)}

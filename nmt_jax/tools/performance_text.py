@@ -347,7 +347,6 @@ GPU_KINDS = (
     ),
 )
 
-
 STARTUP_FILE = 'startup_L50.json'
 
 STARTUP = """\
