@@ -160,6 +160,16 @@ if part decode; then
   # Where greedy decoding's time goes at the longer length.
   bench ops 100 1 ops_greedy_L100 --trace=greedy --steps=3 --sentences_per_batch=64
 fi
+best_pairs() { # L THREADS: REPEATS pairs, OpenNMT-py then nmt_jax with the
+  # two opt-in training levers (16 fitted buckets, glibc keeping freed memory)
+  local length=$1 threads=$2 r
+  for r in $(seq 1 "$REPEATS"); do
+    peer_train "$length" "$threads" "peer_best_train_L${length}_t${threads}_r$r"
+    RUN_STEPS=$PAIR_STEPS BENCH_ENV=NMT_JAX_KEEP_FREED_MEMORY=1 bench train "$length" \
+      "$threads" "best_train_L${length}_t${threads}_r$r" --repeats=3 \
+      --config.data.bucketing=fitted --config.data.num_buckets=16
+  done
+}
 # 2. All cores.
 ALL=$(nproc)
 if part all; then
@@ -172,6 +182,7 @@ if part all; then
     done
     for beam in 1 10; do peer_decode "$L" "$ALL" $beam "peer_decode_L${L}_b${beam}_t${ALL}_r1"; done
     bench decode "$L" "$ALL" "decode_L${L}_t${ALL}_r1" "${DECODE[@]}"
+    best_pairs "$L" "$ALL"
   done
 fi
 # 3. Levers, each alone against the default in one process (alternating).
@@ -210,12 +221,7 @@ if part levers; then
   # freed memory) against OpenNMT-py, in pairs of processes: the fastest
   # CPU training measured (Philox dropout masks on top measured no faster).
   if [[ $PLATFORM == cpu ]]; then
-    for r in $(seq 1 "$REPEATS"); do
-      peer_train 50 1 "peer_best_train_L50_t1_r$r"
-      RUN_STEPS=$PAIR_STEPS BENCH_ENV=NMT_JAX_KEEP_FREED_MEMORY=1 bench train 50 1 \
-        "best_train_L50_t1_r$r" --repeats=3 --config.data.bucketing=fitted \
-        --config.data.num_buckets=16
-    done
+    for L in $LENGTHS; do best_pairs "$L" 1; done
   fi
   bench train 50 1 lever_bfloat16 --repeats=3 "${OTHER[@]}" --config.model.dtype=bfloat16
   bench train 50 1 lever_scan_unroll2 --repeats=3 "${OTHER[@]}" --config.model.scan_unroll=2
@@ -251,6 +257,10 @@ if part levers; then
   kinds kinds_flexible_L150_same_decoder configs/flexible.py:copy150 150 \
     --config.model.attention.tau=1.2 "${LONG150[@]}" --compare.model.query=previous \
     --compare.model.attention.score=concat
+  # Flexible in Shu & Nakayama's own base model (RNNsearch: no input feeding)
+  # against Luong's global general: each model as published.
+  kinds kinds_flexible_L150_rnnsearch_long configs/flexible.py:copy150,rnnsearch 150 \
+    --config.model.attention.tau=1.2 "${LONG150[@]}"
   if [[ $PLATFORM == gpu ]]; then
     # The training and search loops as CUDA graphs: with WHILE and
     # CONDITIONAL among XLA's command buffers a loop runs on the device

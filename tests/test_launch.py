@@ -10,6 +10,7 @@ import sys
 import pytest
 
 from nmt_jax.tools import op_times
+from nmt_jax.tools import performance_kinds
 from nmt_jax.tools import performance_text
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -401,24 +402,25 @@ def test_the_script_writes_every_file_the_performance_page_reads(tmp_path):
   assert result.returncode == 0, result.stderr
   written = set(re.findall(r'--json[= ]\S*/(\w+\.json)', result.stdout))
   read = [
-      entry[0] for entry in performance_text.LEVERS + performance_text.KINDS
+      entry[0] for entry in performance_text.LEVERS + performance_kinds.KINDS
   ] + [performance_text.STARTUP_FILE, *op_times.PAGE_FILES]
   for on, off, *_ in performance_text.PROCESS_LEVERS:  # 3 pairs (REPEATS)
     read += [name.format(r=r) for name in (on, off) for r in (1, 2, 3)]
-  for prefix, _ in performance_text.TRAINING_FIGURES[1:]:  # L = 50, one thread
+  for prefix, _ in performance_text.TRAINING_FIGURES[1:]:  # one thread
     read += [
-        f'{p}{prefix}train_L50_t1_r{r}.json'
+        f'{p}{prefix}train_L{length}_t1_r{r}.json'
         for p in ('', 'peer_')
+        for length in (50, 100)
         for r in (1, 2, 3)
     ]
-  assert len(read) == 47 and set(read) <= written, set(read) - written
+  assert len(read) == 54 and set(read) <= written, set(read) - written
   preloaded = [
       line for line in result.stdout.splitlines() if 'LD_PRELOAD' in line
   ]
   assert len(preloaded) == 6  # nmt_jax and OpenNMT-py, 3 runs each
   gpu_only = [
       entry[0]
-      for entry in performance_text.GPU_LEVERS + performance_text.GPU_KINDS
+      for entry in performance_text.GPU_LEVERS + performance_kinds.GPU_KINDS
   ]
   assert len(gpu_only) == 6 and not set(gpu_only) & written
   on_gpu = _performance_dry_run(tmp_path, PARTS='levers', PLATFORM='gpu')
@@ -435,6 +437,26 @@ def test_the_script_writes_every_file_the_performance_page_reads(tmp_path):
   assert len(graphs) == 3
   for line in graphs:
     assert line.count('compiler_options=--xla_gpu_enable_command_buffer') == 2
+
+
+def test_the_fastest_training_pairs_run_on_all_cores_too(tmp_path):
+  result = _performance_dry_run(tmp_path, PARTS='all', REPEATS='2')
+  assert result.returncode == 0, result.stderr
+  cores = len(os.sched_getaffinity(0))  # what nproc counts
+  best = [line for line in result.stdout.splitlines() if 'best_train' in line]
+  names = [re.search(r'(\w+)\.json', line).group(1) for line in best]
+  assert names == [
+      f'{who}best_train_L{length}_t{cores}_r{r}'
+      for length in (50, 100)
+      for r in (1, 2)
+      for who in ('peer_', '')
+  ]
+  for line in best:  # every run of a pair on the same cores
+    assert f'taskset -c 0-{cores - 1} ' in line or cores == 1
+  ours = [line for line in best if 'nmt_jax.bench' in line]
+  for line in ours:
+    assert 'NMT_JAX_KEEP_FREED_MEMORY=1' in line
+    assert '--config.data.num_buckets=16' in line
 
 
 def _peer_setup(tmp_path, *args, **env):

@@ -26,6 +26,7 @@ from nmt_jax.tools import bench
 from nmt_jax.tools import hlo
 from nmt_jax.tools import op_times
 from nmt_jax.tools import peer
+from nmt_jax.tools import performance_kinds as kinds
 from nmt_jax.tools import performance_text as text
 
 
@@ -340,7 +341,7 @@ def startup_section(out: str) -> List[str]:
 
 def kind_sections(out: str, where: str) -> List[str]:
   parts = []
-  for name, title, what in text.KINDS + text.GPU_KINDS:
+  for name, title, what in kinds.KINDS + kinds.GPU_KINDS:
     path = os.path.join(out, name)
     if not os.path.exists(path):
       continue
