@@ -261,6 +261,10 @@ if part levers; then
   # against Luong's global general: each model as published.
   kinds kinds_flexible_L150_rnnsearch_long configs/flexible.py:copy150,rnnsearch 150 \
     --config.model.attention.tau=1.2 "${LONG150[@]}"
+  # And against global attention in that model: the paper's own comparison.
+  kinds kinds_flexible_L150_rnnsearch_same_model configs/flexible.py:copy150,rnnsearch 150 \
+    --config.model.attention.tau=1.2 "${LONG150[@]}" --compare.model.query=previous \
+    --compare.model.attention.score=concat --compare.model.input_feeding=false
   if [[ $PLATFORM == gpu ]]; then
     # The training and search loops as CUDA graphs: with WHILE and
     # CONDITIONAL among XLA's command buffers a loop runs on the device

@@ -413,7 +413,7 @@ def test_the_script_writes_every_file_the_performance_page_reads(tmp_path):
         for length in (50, 100)
         for r in (1, 2, 3)
     ]
-  assert len(read) == 54 and set(read) <= written, set(read) - written
+  assert len(read) == 55 and set(read) <= written, set(read) - written
   preloaded = [
       line for line in result.stdout.splitlines() if 'LD_PRELOAD' in line
   ]

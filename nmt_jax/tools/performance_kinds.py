@@ -104,6 +104,20 @@ KINDS = (
             " Shu & Nakayama's model against Luong's, each as published."
         ),
     ),
+    (
+        'kinds_flexible_L150_rnnsearch_same_model.json',
+        (
+            'flexible attention (tau = 1.2) against global concat attention in'
+            " Shu & Nakayama's base model, sources of 140-150 tokens"
+        ),
+        (
+            'As above, with global attention in the same RNNsearch model'
+            ' (`--compare.model.query=previous'
+            ' --compare.model.attention.score=concat'
+            ' --compare.model.input_feeding=false`): the comparison of the'
+            " paper's decoding-time table, flexible against its own baseline."
+        ),
+    ),
 )
 
 # Runs that only a GPU makes (launch/performance.sh, PLATFORM=gpu).
