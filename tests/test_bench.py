@@ -183,6 +183,25 @@ def test_bench_decode_compare_says_a_lever_decodes_the_same_texts(tmp_path):
   assert this['greedy']['outputs_sha1'] != this['beam2']['outputs_sha1']
 
 
+def test_bench_decode_compare_with_another_beam_compares_shared_modes(tmp_path):
+  path = tmp_path / 'decode.json'
+  bench(
+      'decode',
+      '--config=configs/global_general.py:tiny',
+      '--compare=configs/global_general.py:tiny',
+      '--compare.decode.beam_size=3',  # beam2 against beam3
+      '--modes=greedy,beam',
+      '--repeats=1',
+      '--num_sentences=4',
+      f'--json={path}',
+  )
+  result = json.loads(path.read_text())
+  assert set(result['this']) >= {'greedy', 'beam2'}
+  assert set(result['other']) >= {'greedy', 'beam3'}
+  assert set(result['speedup']) == {'greedy'}
+  assert result['same_outputs'] == {'greedy': True}
+
+
 def test_sentences_per_batch_is_the_batch_of_every_mode(monkeypatch):
   config = default_config.get_config('tiny')
   with pytest.raises(errors.ConfigError, match='sentences_per_batch=0'):
