@@ -23,7 +23,7 @@ while [[ $# -gt 0 ]]; do
     --config=*) CONFIG="${1#*=}" ;;
     --workdir=*) WORKDIR="${1#*=}" ;;
     --dry-run) DRY_RUN=1 ;;
-    -h|--help) sed -n '2,13p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,/^[^#]/s/^# \{0,1\}//p' "${BASH_SOURCE[0]}"; exit 0 ;;
     --) shift; EXTRA=("$@"); break ;;
     --gpus|--processes|--port|--config|--workdir) die "write $1=VALUE (with '=')" ;;
     *) die "unknown argument '$1'; see launch/multi_gpu.sh --help (nmt_jax flags go after --)" ;;

@@ -21,7 +21,7 @@ REPO_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 source "$REPO_ROOT/launch/common.sh"
 
 usage() {
-  sed -n '2,17p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'
+  sed -n '2,/^[^#]/s/^# \{0,1\}//p' "${BASH_SOURCE[0]}" # the header comment
 }
 
 ACTION="${1:-}"
@@ -88,7 +88,7 @@ pip install -e ~/nmt_jax[data] 'jax[tpu]>=0.10.2,<0.11'"
     COMMAND="$(quote python3 -m nmt_jax.main --distributed=on --config="$CONFIG" \
       --workdir="$WORKDIR" "${EXTRA[@]}")"
     run "${GCLOUD[@]}" ssh "$NAME" "${WHERE[@]}" --worker=all \
-      --command="cd ~/nmt_jax && nohup $COMMAND > $LOG 2>&1 & echo \$! > $PID"
+      --command="cd ~/nmt_jax && { nohup $COMMAND > $LOG 2>&1 & echo \$! > $PID; }"
     ;;
   logs)
     run "${GCLOUD[@]}" ssh "$NAME" "${WHERE[@]}" --worker="$WORKER" --command="tail -n 200 -f $LOG"

@@ -21,6 +21,7 @@ import logging as std_logging
 import os
 import signal
 import sys
+from typing import List
 
 from absl import app
 from absl import flags
@@ -207,13 +208,29 @@ def _read_pairs():
   return pairs
 
 
+def _lines(text: str) -> List[str]:
+  """text split at '\\n' (and '\\r\\n') only, as `wc -l` counts lines.
+
+  str.splitlines also splits at U+2028, U+0085, form feeds and lone carriage
+  returns, which occur inside sentences of crawled text: one input line would
+  give several output lines and shift every later one.
+  """
+  lines = text.split('\n')
+  if lines and lines[-1] == '':
+    lines.pop()
+  return [line[:-1] if line.endswith('\r') else line for line in lines]
+
+
 def _read_input(path: str, flag: str):
   """Lines of --input/--source/--target (stdin for '-'); UTF-8, no BOM."""
   try:
     if path == '-':
-      return sys.stdin.read().lstrip('\ufeff').splitlines()
-    with open(path, encoding='utf-8-sig') as f:
-      return f.read().splitlines()
+      # The bytes: a text-mode stdin would turn a lone '\r' into a line end.
+      data = getattr(sys.stdin, 'buffer', None)
+      text = data.read().decode('utf-8') if data else sys.stdin.read()
+      return _lines(text.lstrip('\ufeff'))
+    with open(path, encoding='utf-8-sig', newline='') as f:
+      return _lines(f.read())
   except FileNotFoundError:
     raise errors.UserError(
         f'--{flag}={path} does not exist; give a text file, one sentence per'
@@ -320,6 +337,10 @@ def main(argv):
     config = _CONFIG.value
   except OSError as e:  # config_flags defers load failures to the first access
     _fail(str(e).strip().splitlines()[-1])
+  # A non-interactive shell starts `cmd &` with SIGINT ignored and Python
+  # keeps an inherited ignore: without this, Ctrl-C on launch/multi_gpu.sh
+  # and launch/tpu_pod.sh's `stop` would not reach the run.
+  signal.signal(signal.SIGINT, signal.default_int_handler)
   try:
     maybe_initialize_distributed()
     compile_cache.configure()

@@ -3,9 +3,14 @@
 import functools
 from typing import Dict, Sequence
 
+from absl import logging
 import sacrebleu
 from sacrebleu.metrics import BLEU
 from sacrebleu.metrics import CHRF
+
+# Written without spaces between words: the tokenized BLEU and RIBES score
+# the words sacreBLEU's tokenizer for the language splits out, not lines.
+UNSPACED = ('zh', 'ja')
 
 
 def translation_metrics(
@@ -13,35 +18,66 @@ def translation_metrics(
 ) -> Dict:
   """Corpus scores of detokenized `hypotheses` against one reference each.
 
-  `bleu` is sacreBLEU with its default 13a tokenizer on detokenized text (the
-  number to report). `bleu_tokenized` is the multi-bleu.perl figure Luong, Britz
-  and Shu quote: hypotheses and references Moses-tokenized for `language` (the
-  target language), then scored with tokenize='none'. On text that is already
-  tokenized (the embedded tasks, pre-tokenized corpora) the Moses step changes
-  nothing, so it equals BLEU on that text.
+  `bleu` is sacreBLEU on detokenized text with the tokenizer it picks for the
+  target `language` (the number to report): 13a, or zh, ja-mecab and
+  ko-mecab for Chinese, Japanese and Korean (the signature names it).
+  `bleu_tokenized` is the multi-bleu.perl figure Luong, Britz and Shu quote:
+  hypotheses and references Moses-tokenized for `language` (for zh and ja
+  split by sacreBLEU's tokenizer instead), then scored with tokenize='none'.
+  On text that is already tokenized (the embedded tasks, pre-tokenized
+  corpora) the Moses step changes nothing, so it equals BLEU on that text.
   """
   hypotheses, references = list(hypotheses), list(references)
-  bleu = BLEU()
+  bleu = bleu_metric(language)
   bleu_tok = BLEU(tokenize='none')
   chrf = CHRF()
-  tokenize = functools.partial(moses_tokenize, language=language)
+  if language in UNSPACED:
+    tokenize, tokenizer_name = bleu.tokenizer, bleu.tokenizer.signature()
+  else:
+    tokenize = functools.partial(moses_tokenize, language=language)
+    tokenizer_name = f'moses:{language}'
+  hyps_tok = [tokenize(h) for h in hypotheses]
+  refs_tok = [tokenize(r) for r in references]
   result = {
       'bleu': bleu.corpus_score(hypotheses, [references]).score,
       'bleu_signature': str(bleu.get_signature()),
-      'bleu_tokenized': (
-          bleu_tok.corpus_score(
-              [tokenize(h) for h in hypotheses],
-              [[tokenize(r) for r in references]],
-          ).score
-      ),
+      'bleu_tokenized': bleu_tok.corpus_score(hyps_tok, [refs_tok]).score,
       'bleu_tokenized_signature': (
-          f'moses:{language}|{bleu_tok.get_signature()}'
+          f'{tokenizer_name}|{bleu_tok.get_signature()}'
       ),
       'chrf': chrf.corpus_score(hypotheses, [references]).score,
       'chrf_signature': str(chrf.get_signature()),
-      'ribes': ribes(hypotheses, references),
+      'ribes': (
+          ribes(hyps_tok, refs_tok)
+          if language in UNSPACED
+          else ribes(hypotheses, references)
+      ),
   }
   return result
+
+
+def bleu_metric(language: str) -> BLEU:
+  """sacreBLEU's BLEU for target `language`.
+
+  Japanese and Korean need MeCab (`pip install 'sacrebleu[ja]'` or
+  `'sacrebleu[ko]'`); without it, characters (tok:char in the signature) and
+  a warning, rather than a 13a BLEU near 0 on unsegmented text.
+  """
+  try:
+    return BLEU(trg_lang=language)
+  except RuntimeError as e:  # sacrebleu: the language's extra is missing
+    _warn_once(language, str(e).strip().splitlines()[-1].strip())
+    return BLEU(tokenize='char')
+
+
+@functools.lru_cache(maxsize=None)
+def _warn_once(language: str, install: str):
+  logging.warning(
+      'BLEU for %s scores characters (tok:char): its word tokenizer needs'
+      ' MeCab; for the standard figure run `%s`',
+      language,
+      install,
+  )
 
 
 @functools.lru_cache(maxsize=8)
@@ -62,6 +98,8 @@ def moses_tokenize(text: str, language: str = 'en') -> str:
 
 def ribes(hypotheses: Sequence[str], references: Sequence[str]) -> float:
   """Corpus RIBES (Isozaki et al. 2010) on whitespace tokens, in [0, 1].
+
+  translation_metrics gives it zh and ja text split into words first.
 
   Computed with nltk.
   """

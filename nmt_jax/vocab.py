@@ -51,8 +51,11 @@ class Vocab:
     """'a b c' -> [ids..., EOS]."""
     ids = []
     for token in text.split():
-      if token in self.index:
-        ids.append(self.index[token])
+      index = self.index.get(token)
+      # '<s>', '</s>' and '<pad>' written in the text are words, not control
+      # ids: read as '</s>', one would end a sentence in the middle.
+      if index is not None and (index >= len(SPECIALS) or index == UNK):
+        ids.append(index)
       elif self.allow_unk:
         ids.append(UNK)
       else:

@@ -44,6 +44,39 @@ def test_word_vocab_counts_cutoff_and_unk(tmp_path):
   assert vocab_lib.load_vocab('word', path).tokens == vocab.tokens
 
 
+def test_reserved_tokens_written_in_text_are_unknown_words():
+  vocab = vocab_lib.build_vocab('word', ['a </s> b <pad> <s>'], size=0)
+  a, b = vocab.index['a'], vocab.index['b']
+  # Not EOS in the middle of a sentence, not PAD inside a source.
+  assert vocab.encode('a </s> b <pad> <s> <unk>') == [
+      a,
+      UNK,
+      b,
+      UNK,
+      UNK,
+      UNK,
+      EOS,
+  ]
+  assert vocab.decode(vocab.encode('a </s> b')) == 'a <unk> b'
+  closed = vocab_lib.Vocab(['a'], allow_unk=False)
+  with pytest.raises(vocab_lib.VocabError, match="token '</s>'"):
+    closed.encode('a </s>')
+
+
+def test_lines_end_at_newlines_only(tmp_path):
+  # A stray '\r' on different lines of the two sides: split there, the line
+  # counts would still agree and every pair between the two would be shifted.
+  prefix = write_corpus(
+      tmp_path,
+      train=(b'eins\nzwei\rdrei\r\nvier\n', b'one\ntwo three\nfour\rfour\n'),
+  )
+  source, target = text_corpus.read_split(prefix, 'train', 'de', 'en')
+  assert source == ['eins', 'zwei\rdrei', 'vier']
+  assert target == ['one', 'two three', 'four\rfour']
+  (tmp_path / 'mac.de').write_bytes(b'eins\rzwei\r')  # CR-only line ends
+  assert text_corpus.read_lines(str(tmp_path / 'mac.de')) == ['eins', 'zwei']
+
+
 def test_char_vocab_round_trips_text(tmp_path):
   vocab = vocab_lib.build_vocab('char', TEXTS, size=0)
   for text in TEXTS:

@@ -6,6 +6,7 @@ import re
 import shlex
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -55,9 +56,10 @@ def test_tpu_pod_run_starts_every_worker_with_the_exact_command():
   remote = next(a for a in argv if a.startswith('--command='))[
       len('--command=') :
   ]
-  tail = '> ~/nmt_jax.log 2>&1 & echo $! > ~/nmt_jax.pid'
-  assert remote.startswith('cd ~/nmt_jax && nohup ') and remote.endswith(tail)
-  command = shlex.split(remote[len('cd ~/nmt_jax && nohup ') : -len(tail)])
+  head = 'cd ~/nmt_jax && { nohup '
+  tail = '> ~/nmt_jax.log 2>&1 & echo $! > ~/nmt_jax.pid; }'
+  assert remote.startswith(head) and remote.endswith(tail)
+  command = shlex.split(remote[len(head) : -len(tail)])
   assert command == [
       'python3',
       '-m',
@@ -282,7 +284,69 @@ def test_argument_errors(script, args, message):
   ), lines
 
 
-@pytest.mark.parametrize('script', ['performance.sh', 'peer_setup.sh'])
+def _remote(script_args):
+  """The --command= a tpu_pod.sh action runs on each worker."""
+  (line,) = dry_run('tpu_pod.sh', *script_args)
+  return next(
+      a for a in shlex.split(line) if a.startswith('--command=')
+  ).removeprefix('--command=')
+
+
+@pytest.mark.slow
+def test_tpu_pod_stop_interrupts_the_run_that_run_started(tmp_path):
+  # The two remote commands as a worker's ssh runs them (a non-interactive
+  # bash), with ~ in tmp_path: `stop` must reach the python process (not a
+  # subshell) and the run, started with SIGINT ignored by `&`, must take it.
+  home = tmp_path / 'home'
+  home.mkdir()
+  (home / 'nmt_jax').symlink_to(ROOT)
+  workdir = tmp_path / 'run'
+  where = ['--name=nmt', '--zone=z']
+  run = _remote([
+      'run',
+      *where,
+      '--config=configs/global_general.py:tiny',
+      f'--workdir={workdir}',
+      '--',
+      '--distributed=off',
+      '--config.train.num_steps=100000',
+      '--config.train.log_every=1',
+  ])
+  env = dict(
+      os.environ,
+      HOME=str(home),
+      PATH=os.path.dirname(sys.executable) + os.pathsep + os.environ['PATH'],
+  )
+  subprocess.run(['bash', '-c', run], env=env, check=True, timeout=60)
+  pid = int((home / 'nmt_jax.pid').read_text())
+  assert 'nmt_jax.main' in open(f'/proc/{pid}/cmdline').read()
+  metrics = workdir / 'metrics.jsonl'
+  deadline = time.time() + 300
+  while not (metrics.exists() and metrics.stat().st_size > 200):
+    assert time.time() < deadline and os.path.exists(f'/proc/{pid}'), (
+        home / 'nmt_jax.log'
+    ).read_text()[-2000:]
+    time.sleep(0.5)
+  subprocess.run(['bash', '-c', _remote(['stop', *where])], env=env, check=True)
+  deadline = time.time() + 120
+  while os.path.exists(f'/proc/{pid}') and time.time() < deadline:
+    time.sleep(0.5)
+  log = (home / 'nmt_jax.log').read_text()
+  assert not os.path.exists(f'/proc/{pid}'), log[-2000:]
+  assert 'interrupted; run the same command again to resume' in log
+  assert not (home / 'nmt_jax.pid').exists()
+
+
+@pytest.mark.parametrize(
+    'script',
+    [
+        'performance.sh',
+        'peer_setup.sh',
+        'multi_gpu.sh',
+        'slurm.sh',
+        'tpu_pod.sh',
+    ],
+)
 def test_help_prints_the_whole_header_comment(script):
   result = launch(script, '--help')
   assert result.returncode == 0, result.stderr

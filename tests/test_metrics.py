@@ -1,5 +1,7 @@
 """Metric wrappers: sacreBLEU called the right way, RIBES edge cases."""
 
+import re
+
 import numpy as np
 import pytest
 
@@ -67,3 +69,19 @@ def test_tokenized_bleu_scores_moses_tokens_of_detokenized_text():
   assert sacrebleu.BLEU(tokenize='none').corpus_score(hyps, [refs]).score < 90
   # symbol tasks are unchanged
   assert metrics.moses_tokenize('a b c d') == 'a b c d'
+
+
+def test_chinese_and_japanese_are_scored_on_words_not_lines():
+  # Unsegmented text is one "word" per line to 13a and to whitespace RIBES:
+  # a near-perfect translation would score about 0.
+  refs = ['我爱你。', '今天天气很好！', '他去了学校。']
+  hyps = ['我爱你。', '今天天气很好。', '他去学校了。']
+  chinese = metrics.translation_metrics(hyps, refs, language='zh')
+  assert 'tok:zh' in chinese['bleu_signature']
+  assert chinese['bleu_tokenized_signature'].startswith('zh|')
+  assert 50 < chinese['bleu'] < 100 and 0.8 < chinese['ribes'] < 1
+  assert metrics.ribes(hyps, refs) == 0.0  # what whitespace tokens give
+  # Japanese needs MeCab for its word tokenizer; without it, characters.
+  japanese = metrics.translation_metrics(hyps, refs, language='ja')
+  assert japanese['bleu'] > 50 and japanese['ribes'] > 0.8
+  assert re.search(r'tok:(ja-mecab|char)', japanese['bleu_signature'])

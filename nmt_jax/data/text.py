@@ -7,7 +7,6 @@ translating line i of the target file. Reading errors name the file and line.
 
 import codecs
 import os
-import re
 from typing import List, Optional, Tuple
 
 from nmt_jax.data import encoding
@@ -35,8 +34,14 @@ def read_lines(path: str) -> List[str]:
     data = f.read()
   if data.startswith(codecs.BOM_UTF8):
     data = data[len(codecs.BOM_UTF8) :]
-  # Unix, Windows and old Mac (CR only) line endings alike.
-  raw = re.split(b'\r\n|\r|\n', data)
+  # Lines end at '\n' (or '\r\n'), as `wc -l` counts them: a lone '\r'
+  # inside a line of crawled text is whitespace, not a line end (splitting
+  # there would pair every later line of the file with the wrong one). Only a
+  # file without any '\n' (old Mac) ends its lines with '\r'.
+  if b'\n' not in data:
+    raw = data.split(b'\r')
+  else:
+    raw = [line.removesuffix(b'\r') for line in data.split(b'\n')]
   if raw and raw[-1] == b'':
     raw.pop()
   if not raw:
