@@ -41,7 +41,18 @@ _BEST = flags.DEFINE_integer(
 
 
 def _bleu(ckpts, step: int) -> float:
-  return ckpts.meta(step).get('validation', {}).get('bleu', float('-inf'))
+  try:
+    meta = ckpts.meta(step)
+  except checkpoint.DamagedCheckpoint as e:
+    raise _damaged(ckpts, step, e) from None
+  return meta.get('validation', {}).get('bleu', float('-inf'))
+
+
+def _damaged(ckpts, step: int, error) -> errors.CheckpointError:
+  return errors.CheckpointError(
+      f'checkpoint {ckpts.directory}/{step} is damaged ({error}); average'
+      ' checkpoints without it (a smaller --last or --best)'
+  )
 
 
 def choose_steps(ckpts, last: int = 0, best: int = 0) -> List[int]:
@@ -101,7 +112,10 @@ def average_checkpoints(
     steps = choose_steps(source, last, best)
     states, meta = [], None
     for step in steps:
-      state, meta = source.restore_tree(step, sharding)
+      try:
+        state, meta = source.restore_tree(step, sharding)
+      except checkpoint.DamagedCheckpoint as e:
+        raise _damaged(source, step, e) from None
       states.append(jax.device_get(state))
   finally:
     source.close()

@@ -165,6 +165,16 @@ class Checkpoints:
     best = self.manager.best_step()
     return best if best is not None else self.latest_step()
 
+  def best_bleu(self) -> Optional[float]:
+    """Validation BLEU of the best checkpoint (None: none has one)."""
+    best = self.manager.best_step()
+    if best is None:
+      return None
+    try:
+      return self.meta(best).get('validation', {}).get('bleu')
+    except DamagedCheckpoint:  # set aside when restored; any BLEU beats it
+      return None
+
   def save(
       self,
       step: int,

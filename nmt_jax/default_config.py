@@ -180,7 +180,8 @@ def get_config(arg=None):
   config.train.loss_chunk = 0
   # The dropout masks' generator (parameter init always uses JAX's default).
   config.train.dropout_rng = 'threefry2x32'
-  # Every N steps: log, validate (loss and BLEU), checkpoint.
+  # Every N steps: log, validate (loss and BLEU), checkpoint (and a
+  # validation with a better BLEU than every saved checkpoint is saved too).
   config.train.log_every = 50
   config.train.eval_every = 500
   config.train.checkpoint_every = 500

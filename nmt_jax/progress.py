@@ -50,14 +50,24 @@ class Progress:
     self.sums = {'loss_sum': 0.0, 'tokens': 0.0, 'grad_norm': 0.0}
     self.steps = 0
     self.sentences = 0
-    self.restart_clock()
-
-  def restart_clock(self):
+    self._elapsed = 0.0
     self._clock = time.perf_counter()
+
+  def pause(self):
+    """Stops the clock (validation and saving are not training time)."""
+    if self._clock is not None:
+      self._elapsed += time.perf_counter() - self._clock
+      self._clock = None
+
+  def resume(self):
+    if self._clock is None:
+      self._clock = time.perf_counter()
 
   @property
   def seconds(self) -> float:
-    return time.perf_counter() - self._clock
+    """Training time since the last reset, pauses left out."""
+    running = 0.0 if self._clock is None else time.perf_counter() - self._clock
+    return self._elapsed + running
 
   @property
   def seconds_per_step(self) -> float:

@@ -167,6 +167,20 @@ def train_and_evaluate(config, workdir: str) -> Dict[str, Any]:
 def _train_and_evaluate(config, workdir: str, mesh) -> Dict[str, Any]:
   lead = jax.process_index() == 0
 
+  if (
+      config.train.beta
+      and not config.train.init_from
+      and not checkpoint.has_checkpoints(workdir)
+  ):
+    raise errors.config_error(
+        'train.init_from',
+        config.train.init_from,
+        f'is empty, but train.beta={config.train.beta} fine-tunes a trained'
+        " model's attention strength (from random weights it would reward g(t)"
+        ' of nothing learnt)',
+        'give the workdir of a trained flexible run',
+    )
+
   # ------------------------------------------------------------ data and model
   setup = build(config, workdir, mesh)
   config, t = setup.config, setup.config.train
@@ -207,7 +221,7 @@ def _train_and_evaluate(config, workdir: str, mesh) -> Dict[str, Any]:
       logging.info('resuming from step %d', start)
     elif t.init_from:
       params, from_step = workdirs.load_params_from(
-          t.init_from, config, checkpoint.abstract(state.params), mesh
+          t.init_from, config, checkpoint.abstract(state.params), mesh, task
       )
       opt_state = jax.jit(setup.optimizer.init)(params)
       state = state.replace(params=params, opt_state=opt_state)
@@ -217,7 +231,15 @@ def _train_and_evaluate(config, workdir: str, mesh) -> Dict[str, Any]:
       writers.truncate_metrics(workdir, start)  # the re-run steps anew
     plateau = plateau_lib.Plateau(t)
     if plateau.active and start:
-      plateau.replay(writers.read_metrics(workdir), start)
+      records = writers.read_metrics(workdir)
+      if not records:
+        logging.warning(
+            'no metrics.jsonl in %s: the plateau and early-stopping counts'
+            ' start again from step %d',
+            workdir,
+            start,
+        )
+      plateau.replay(records, start)
     end = start if plateau.stopped else t.num_steps
     if plateau.stopped:
       logging.info('stopped early at step %d: %s', start, plateau.describe())
@@ -246,6 +268,9 @@ def _train_and_evaluate(config, workdir: str, mesh) -> Dict[str, Any]:
     profiler = stack.enter_context(
         Profiler(os.path.join(workdir, 'profile'), t)
     )
+    # A validation better than every saved one is saved whatever the step:
+    # the best checkpoint is what eval, translate and early stopping use.
+    best_bleu = ckpts.best_bleu()
     for step in range(start, end):
       profiler.before(step)
       batch = next(iterator)
@@ -273,6 +298,7 @@ def _train_and_evaluate(config, workdir: str, mesh) -> Dict[str, Any]:
         writer.write(done, 'train', record)
         _log_progress(done, t.num_steps, record, progress.seconds_per_step)
         progress.reset()
+      progress.pause()  # validation and saving are not training time
       result = None
       if validate:
         params = train_step.to_global(state).params
@@ -288,6 +314,8 @@ def _train_and_evaluate(config, workdir: str, mesh) -> Dict[str, Any]:
             result['bleu'],
             result['avg_window'],
         )
+        if best_bleu is None or result['bleu'] > best_bleu:
+          save, best_bleu = True, result['bleu']
         if plateau.active:
           decayed, stopped = plateau.update(done, result)
           if decayed:
@@ -320,7 +348,7 @@ def _train_and_evaluate(config, workdir: str, mesh) -> Dict[str, Any]:
             f'stopped by SIGTERM after step {done}, saved in {ckpts.directory};'
             ' run the same command again to resume'
         )
-      progress.restart_clock()  # validation and saving are not training time
+      progress.resume()
   finally:
     stack.close()
     ckpts.close()

@@ -65,8 +65,8 @@ def remove_if_empty(workdir: str):
 def identity_fields(config) -> Dict[str, Any]:
   """The config fields that say what a workdir's parameters mean.
 
-  Every model.* field (the attention kind's own fields only, without those
-  that only steer decoding) except dropout and the speed switches (compute
+  Every model.* field (of model.attention, those the kind's `identity`
+  names: its own fields without those that only steer decoding) except dropout and the speed switches (compute
   dtype, explicit_weight_grads, hoist_weight_grads, project_query,
   scan_unroll: a float32 run can be evaluated in bfloat16 and back), and the
   data fields that define the vocabularies. Flattened, JSON values.
@@ -74,9 +74,7 @@ def identity_fields(config) -> Dict[str, Any]:
   flat = _flatten(json.loads(config.to_json_best_effort()))
   kind = attention.get(config.model.attention.kind)
   kind_fields = {
-      f'model.attention.{f}'
-      for f in kind.FIELDS
-      if f not in kind.DECODING_FIELDS
+      f'model.attention.{f}' for f in kind.identity(config.model.attention)
   } | {'model.attention.kind'}
   data_fields = (
       'data.name',
@@ -217,10 +215,11 @@ def check_vocab(meta: Dict, task: dataset.Task, where: str):
       )
 
 
-def load_params_from(workdir: str, config, abstract_params, mesh):
+def load_params_from(workdir: str, config, abstract_params, mesh, task=None):
   """Best params of another workdir (train.init_from).
 
-  They are checked against this model.
+  They are checked against this model (and `task`'s vocabularies: the same
+  ids must mean the same words).
   """
   config_path = os.path.join(workdir, 'config.json')
   if not os.path.exists(config_path) or not checkpoint.has_checkpoints(workdir):
@@ -241,6 +240,7 @@ def load_params_from(workdir: str, config, abstract_params, mesh):
       abstract_params,
       mesh,
       f'this model (train.init_from={workdir})',
+      task,
   )
 
 

@@ -92,10 +92,13 @@ def read_metrics(workdir: str):
   """The records of <workdir>/metrics.jsonl, in order.
 
   A line that is not a JSON object (the half-written last line of a killed
-  run) is skipped.
+  run) is skipped; no file (a workdir of nmt_jax.average, or one whose file
+  was removed) has no records.
   """
   path = os.path.join(workdir, 'metrics.jsonl')
   records = []
+  if not os.path.isfile(path):
+    return records
   with open(path, encoding='utf-8', errors='replace') as f:
     for line in f:
       try:

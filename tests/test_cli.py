@@ -395,3 +395,46 @@ def test_init_from_another_kind_or_shape_is_refused(
       ),
       'has no config.json and checkpoints',
   )
+  _expect_error(
+      nmt(
+          '--config=configs/flexible_finetune.py:tiny',
+          f'--workdir={tmp_path}/d',
+          check=False,
+      ),
+      "train.init_from='' is empty, but train.beta=0.1 fine-tunes",
+  )
+  assert not os.path.exists(tmp_path / 'd')
+
+
+def test_init_from_a_workdir_of_another_vocabulary_is_refused(tmp_path):
+  # Same vocabulary size, other words: the same ids would mean other words.
+  rng = np.random.default_rng(0)
+  for name, words in (
+      ('a', 'eins zwei drei vier'),
+      ('b', 'one two three four'),
+  ):
+    lines = [' '.join(rng.permutation(words.split())) for _ in range(40)]
+    for split in ('train', 'dev'):
+      for lang in ('de', 'en'):
+        (tmp_path / f'{name}.{split}.{lang}').write_text('\n'.join(lines))
+  corpus = ['--config.data.vocab.kind=word', '--config.data.max_length=8']
+  nmt(
+      f'--config={CONFIG}',
+      *QUICK,
+      *corpus,
+      f'--config.data.name=text:{tmp_path}/a',
+      f'--workdir={tmp_path}/wa',
+      '--config.train.num_steps=2',
+  )
+  _expect_error(
+      nmt(
+          f'--config={CONFIG}',
+          *QUICK,
+          *corpus,
+          f'--config.data.name=text:{tmp_path}/b',
+          f'--workdir={tmp_path}/wb',
+          f'--config.train.init_from={tmp_path}/wa',
+          check=False,
+      ),
+      'was trained with a different source vocabulary',
+  )

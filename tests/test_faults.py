@@ -579,6 +579,34 @@ def test_test_split_with_one_language_file_is_one_line(tmp_path):
   _one_line_error(result, 'c.test.en is missing')
 
 
+# Step 6 damaged: in its arrays (--last reads them), in its meta JSON (--best
+# ranks by the BLEU there too).
+@pytest.mark.parametrize(
+    'damage, flag',
+    [
+        (_flip_one_byte, '--last=2'),
+        (_bad_meta_json, '--last=2'),
+        (_bad_meta_json, '--best=2'),
+    ],
+)
+def test_averaging_a_damaged_checkpoint_is_one_line(
+    trained, tmp_path, damage, flag
+):
+  workdir = _copy(trained, tmp_path)
+  damage(os.path.join(workdir, 'checkpoints', '6'))
+  before = snapshot(workdir)
+  result = conftest.run_module(
+      'nmt_jax.average',
+      f'--workdir={workdir}',
+      flag,
+      f'--output={tmp_path}/avg',
+      check=False,
+  )
+  _one_line_error(result, 'checkpoints/6 is damaged', 'without it')
+  assert not os.path.exists(tmp_path / 'avg')
+  assert snapshot(workdir) == before
+
+
 def test_a_loss_spike_that_recovers_is_not_divergence():
   fetch = lambda metrics: metrics
   record = lambda loss: {'loss_sum': loss, 'tokens': 1.0, 'grad_norm': 1.0}

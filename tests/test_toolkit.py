@@ -25,6 +25,7 @@ from nmt_jax import scorers
 from nmt_jax import steps
 from nmt_jax import validation
 from nmt_jax import workdirs
+from nmt_jax import writers
 from nmt_jax.data import batching
 from nmt_jax.data import dataset
 from nmt_jax.vocab import EOS
@@ -246,6 +247,24 @@ def test_reverse_source_reaches_every_split_and_the_identity():
   assert workdirs.identity_fields(config)['data.reverse_source'] is True
 
 
+def test_position_encodings_length_is_part_of_the_models_identity():
+  # S of memory attention's position encodings changes every output: a
+  # workdir evaluated with another data.max_length (which sets it) is another
+  # model. Without encodings the field is unused and may differ.
+  def identity(encoding, max_length):
+    config = default_config.get_config('tiny')
+    config.model.attention.kind = 'memory'
+    config.model.attention.position_encoding = encoding
+    config.data.max_length = max_length
+    return workdirs.identity_fields(validation.resolve(config))
+
+  key = 'model.attention.max_source_length'
+  assert identity('renorm', 8)[key] == 9
+  assert identity('renorm', 8) != identity('renorm', 200)
+  assert key not in identity('none', 8)
+  assert identity('none', 8) == identity('none', 200)
+
+
 # ----------------------------------------------------------------- training
 
 
@@ -344,3 +363,12 @@ def test_luong_sgd_preset_halves_every_epoch_after_the_fifth():
   schedule = steps.learning_rate_fn(t, steps_per_epoch=10)
   rates = [float(schedule(epoch * 10)) for epoch in range(8)]
   assert rates == [1.0, 1.0, 1.0, 1.0, 1.0, 0.5, 0.25, 0.125]
+
+
+def test_a_workdir_without_metrics_has_no_records_to_replay(tmp_path):
+  # nmt_jax.average writes no metrics.jsonl; resuming training there with
+  # early stopping replays nothing instead of failing.
+  assert writers.read_metrics(str(tmp_path)) == []
+  tracker = plateau.Plateau(_train_config(early_stopping_patience=2))
+  tracker.replay(writers.read_metrics(str(tmp_path)), 100)
+  assert not tracker.stopped and tracker.best is None

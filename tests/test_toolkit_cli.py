@@ -297,6 +297,33 @@ def test_early_stopping_stops_at_the_patience_limit(tmp_path):
   assert max(int(s) for s in steps_saved if s.isdigit()) == 6
 
 
+def test_the_best_validation_is_saved_between_checkpoint_steps(tmp_path):
+  # Validations every 10 steps, checkpoints every 1000: early stopping ends
+  # the run after validations that are no better, so unless the best one
+  # was saved when it happened, eval would take a worse checkpoint.
+  workdir = str(tmp_path / 'run')
+  nmt(
+      '--config=configs/global_general.py:tiny',
+      f'--workdir={workdir}',
+      '--config.train.learning_rate=0.03',
+      '--config.train.num_steps=400',
+      '--config.train.eval_every=10',
+      '--config.train.checkpoint_every=1000',
+      '--config.train.early_stopping_patience=3',
+      '--config.decode.beam_size=1',
+  )
+  bleu = {
+      r['step']: r['bleu']
+      for r in writers.read_metrics(workdir)
+      if r['split'] == 'valid'
+  }
+  last = max(bleu)
+  assert last < 400 and bleu[last] < max(bleu.values())  # stopped early
+  with open(os.path.join(workdir, 'eval_results.json')) as f:
+    step = json.load(f)['checkpoint_step']
+  assert bleu[step] == max(bleu.values()), (step, bleu)
+
+
 def _scale(workdir, step):
   params = final_params(workdir, step)
   (value,) = [v for k, v in params.items() if 'step_size' in k]

@@ -11,6 +11,7 @@ import pytest
 from nmt_jax import attention
 from nmt_jax import default_config
 from nmt_jax import errors
+from nmt_jax import progress as progress_lib
 from nmt_jax import steps
 from nmt_jax import train
 from nmt_jax import validation
@@ -291,3 +292,27 @@ def test_dropout_masks_come_from_the_configured_generator():
       losses[dropout, rng] = float(metrics['loss_sum'])
   assert losses[0.0, 'philox2x32'] == losses[0.0, 'threefry2x32']
   assert losses[0.3, 'philox2x32'] != losses[0.3, 'threefry2x32']
+
+
+def test_logged_rates_leave_out_validation_but_keep_the_steps_before_it(
+    monkeypatch,
+):
+  # 10 steps of 0.1 s and 100 tokens; a 5 s validation after step 5, between
+  # two log lines: 1,000 tokens/s, not the 2,000 a clock restarted after the
+  # validation (and blind to steps 1-5) would report.
+  now = [0.0]
+  monkeypatch.setattr(progress_lib.time, 'perf_counter', lambda: now[0])
+  record = {'loss_sum': 1.0, 'tokens': 100.0, 'grad_norm': 1.0}
+  progress = progress_lib.Progress(lambda metrics: metrics)
+  for step in range(1, 11):
+    now[0] += 0.1
+    progress.push(step, record, 1)
+    if step == 5:
+      progress.flush()
+      progress.pause()
+      now[0] += 5.0
+      progress.resume()
+  progress.flush()
+  summary = progress.summary(10, 1, 100, lambda step: 1.0)
+  assert summary['tokens_per_sec'] == pytest.approx(1000.0)
+  assert progress.seconds_per_step == pytest.approx(0.1)

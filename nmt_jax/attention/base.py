@@ -194,6 +194,15 @@ class Attention(nn.Module):
     del config
 
   @classmethod
+  def identity(cls, attention_config) -> set:
+    """The model.attention fields that say what trained parameters mean.
+
+    A workdir is evaluated or resumed only with the same values.
+    """
+    del attention_config
+    return {f for f in cls.FIELDS if f not in cls.DECODING_FIELDS}
+
+  @classmethod
   def cost(cls, model_config, source_length: int) -> Cost:
     """FLOPs and positions of a training step on a source of `source_length`."""
     raise NotImplementedError

@@ -128,6 +128,13 @@ class MemoryAttention(base.Attention):
     return context, state, diagnostics
 
   @classmethod
+  def identity(cls, attention_config):
+    fields = super().identity(attention_config)
+    if attention_config.position_encoding != 'none':
+      fields.add('max_source_length')  # S of the encodings
+    return fields
+
+  @classmethod
   def validate(cls, config):
     attention = config.model.attention
     longest = config.data.max_length + 1

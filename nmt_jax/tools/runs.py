@@ -60,11 +60,7 @@ def load_run(workdir: str) -> RunRecord:
     )
   with open(path, encoding='utf-8') as f:
     config = json.load(f)
-  metrics = (
-      writers.read_metrics(workdir)
-      if os.path.isfile(os.path.join(workdir, 'metrics.jsonl'))
-      else []
-  )
+  metrics = writers.read_metrics(workdir)
   eval_results = _read_json(os.path.join(workdir, 'eval_results.json'))
   tau = _read_json(os.path.join(workdir, 'tau_sweep.json'))
   return RunRecord(workdir, config, metrics, eval_results, tau and tau['rows'])
