@@ -81,7 +81,10 @@ _STEPS = flags.DEFINE_integer(
     ' ops: traced steps.',
 )
 _WORKDIR = flags.DEFINE_string(
-    'workdir', None, "decode: use this workdir's best checkpoint."
+    'workdir',
+    None,
+    "decode: use this workdir's best checkpoint (with --compare on both"
+    ' sides: the other config may change decoding options, not the model).',
 )
 _MODES = flags.DEFINE_list(
     'modes', 'greedy,beam,forced', 'decode: modes to time.'

@@ -140,7 +140,10 @@ def _lstm_step(gates_t, w_h, valid_t, carry):
   c_new = s[:, 1] * c + s[:, 0] * g
   tanh_c = jnp.tanh(c_new)
   h_new = s[:, 3] * tanh_c
-  carry = (c + valid_t * (c_new - c), h + valid_t * (h_new - h))
+  # A select, not c + valid * (c_new - c): exact (bfloat16 rounds that sum
+  # off c_new by an ulp of c), at the same cost.
+  keep = valid_t > 0
+  carry = (jnp.where(keep, c_new, c), jnp.where(keep, h_new, h))
   return carry, h_new, (s, g, tanh_c)
 
 
@@ -150,7 +153,9 @@ def _recurrence_to_longest(x_gates, w_h, valid):
   Steps past it (a length bucket's padding) cost nothing here.
   """
   steps, batch, h_size = x_gates.shape[0], x_gates.shape[1], w_h.shape[0]
-  last = jnp.max(jnp.sum(valid, axis=0)).astype(jnp.int32)
+  # Counted in int32: a bfloat16 sum holds no odd integer above 256 (257
+  # rounds to 256 and the last token would not be encoded).
+  last = jnp.max(jnp.sum(valid, axis=0, dtype=jnp.int32))
 
   def body(state):
     t, carry, outputs = state

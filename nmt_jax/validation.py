@@ -206,6 +206,17 @@ def _check_model(model):
         'needs as many encoder as decoder layers',
         'use --config.model.bridge=dense',
     )
+  if (
+      model.bridge == 'zero'
+      and not attention.get(model.attention.kind).HAS_CONTEXT
+  ):
+    raise errors.config_error(
+        'model.bridge',
+        model.bridge,
+        f'with attention kind {model.attention.kind!r} never lets the'
+        ' decoder read the source (no initial state, no context)',
+        'use --config.model.bridge=dense or copy',
+    )
 
 
 def _check_decode(config):

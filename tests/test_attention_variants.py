@@ -612,13 +612,27 @@ def test_position_encodings_need_room_for_the_longest_source():
   config.model.attention.max_source_length = 4
   with pytest.raises(errors.ConfigError, match='position encodings cover only'):
     validation.resolve(config)
-  module = memory_kind.MemoryAttention(config.model.attention, D)
-  with pytest.raises(
-      errors.ConfigError, match='position encodings cover 4 source positions'
-  ):
-    module.init(
-        jax.random.key(0),
-        np.zeros((1, 6, D), np.float32),
-        np.array([6]),
-        method=memory_kind.MemoryAttention.prepare,
+  # A longer source (a test split is kept whole): positions past S = 4 take
+  # position S's encoding.
+  table = memory_kind.position_encoding(
+      jnp.array([6]), 6, 3, 4, 'unnormalized'
+  )[0]
+  np.testing.assert_array_equal(table[4:], jnp.stack([table[3]] * 2))
+  np.testing.assert_allclose(
+      table[3],
+      memory_kind.position_encoding(jnp.array([4]), 4, 3, 4, 'unnormalized')[
+          0, 3
+      ],
+  )
+
+
+def test_the_location_score_needs_room_for_the_longest_source():
+  for kind in ('global', 'local_m', 'local_p', 'flexible'):
+    config = default_config.get_config('tiny')
+    config.model.attention.kind, config.model.attention.score = (
+        kind,
+        'location',
     )
+    config.model.attention.max_source_length = 4
+    with pytest.raises(errors.ConfigError, match='one logit per position'):
+      validation.resolve(config)

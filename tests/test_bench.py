@@ -202,6 +202,38 @@ def test_bench_decode_compare_with_another_beam_compares_shared_modes(tmp_path):
   assert result['same_outputs'] == {'greedy': True}
 
 
+@pytest.mark.slow
+def test_bench_decode_compare_with_a_workdir_decodes_its_weights_twice(
+    tmp_path,
+):
+  workdir = str(tmp_path / 'run')
+  tiny = '--config=configs/global_general.py:tiny'
+  conftest.run_module(
+      'nmt_jax.main',
+      tiny,
+      f'--workdir={workdir}',
+      '--config.train.num_steps=4',
+      '--config.decode.beam_size=1',
+      '--config.train.eval_num_sentences=8',
+  )
+  path = tmp_path / 'decode.json'
+  bench(
+      'decode',
+      tiny,
+      f'--workdir={workdir}',
+      '--compare=configs/global_general.py:tiny',
+      '--compare.decode.compiler_options=--xla_cpu_enable_fast_math=false',
+      '--modes=greedy',
+      '--repeats=1',
+      '--num_sentences=8',
+      f'--json={path}',
+  )
+  result = json.loads(path.read_text())
+  weights = f'best checkpoint of {workdir}'
+  assert result['this']['weights'] == result['other']['weights'] == weights
+  assert result['same_outputs'] == {'greedy': True}
+
+
 def test_sentences_per_batch_is_the_batch_of_every_mode(monkeypatch):
   config = default_config.get_config('tiny')
   with pytest.raises(errors.ConfigError, match='sentences_per_batch=0'):

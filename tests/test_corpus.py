@@ -1,5 +1,6 @@
 """Vocabularies (word, char, SentencePiece) and plain-text corpora (`text:<prefix>`)."""
 
+import json
 import os
 
 import numpy as np
@@ -284,6 +285,57 @@ def test_prepare_train_eval_translate_on_a_text_corpus(tmp_path):
         'different source vocabulary' in result.stderr.strip().splitlines()[-1]
     )
   assert snapshot(os.path.join(workdir, 'checkpoints')) == before
+
+
+def test_the_test_split_is_scored_whole(tmp_path):
+  """Every line of the test files is decoded and scored, in file order.
+
+  An over-long pair and one with an empty side are skipped from training
+  and validation, but the test scores (and eval_hypotheses.txt's line i)
+  must cover the files' lines, as published test BLEU does.
+  """
+  from tests.test_cli import QUICK  # pylint: disable=g-import-not-at-top
+  from tests.test_cli import nmt  # pylint: disable=g-import-not-at-top
+
+  source, target = ['a b', '', 'a b c d e f', 'c', 'b a'], [
+      'x y',
+      'x',
+      'x y',
+      '  ',
+      'y x',
+  ]
+  vocab = vocab_lib.build_vocab('word', source + target, size=0)
+  split, dropped = encoding.encode_split(
+      source, target, vocab, vocab, 4, 'test', keep_all=True
+  )
+  assert dropped == {'empty': 2, 'too_long': 1} and len(split) == 5
+  assert split.source_text == ['a b', '', 'a b c d e f', 'c', 'b a']
+
+  for name in ('train', 'dev', 'test'):
+    for lang in ('de', 'en'):
+      lines = open(f'{NUMBERS}.{name}.{lang}', encoding='utf-8').read()
+      if name == 'test':  # one over-long pair, one with an empty side
+        extra = 'eins zwei ' * 20 if lang == 'de' else 'one two ' * 20
+        lines += extra.strip() + '\n' + ('Drei.\n' if lang == 'de' else '\n')
+      (tmp_path / f'c.{name}.{lang}').write_text(lines, encoding='utf-8')
+  test_lines = len(open(tmp_path / 'c.test.de').read().splitlines())
+  workdir = str(tmp_path / 'run')
+  out = nmt(
+      '--config=configs/global_general.py:tiny',
+      f'--workdir={workdir}',
+      *QUICK,
+      f'--config.data.name=text:{tmp_path}/c',
+      '--config.data.max_length=30',
+      '--config.data.vocab.kind=word',
+      '--config.train.num_steps=4',
+  )
+  assert f'kept all {test_lines} pairs, 1 of them with an empty side and 1' in (
+      out.stderr
+  )
+  with open(os.path.join(workdir, 'eval_results.json')) as f:
+    assert json.load(f)['num_sentences'] == test_lines
+  with open(os.path.join(workdir, 'eval_hypotheses.txt')) as f:
+    assert len(f.read().split('\n')) - 1 == test_lines
 
 
 # ----------------------------------------------------------------- TFDS

@@ -291,6 +291,27 @@ def test_tau_sweep_rows(runs):
   merged = runs_lib.load_run(f'{runs["root"]}/flexible').tau_sweep
   assert [float(r['tau']) for r in merged] == [0.5, 2.0, float('inf')]
   assert merged[-1] == rows[float('inf')]
+  # Another beam size is a curve of its own, not points on the greedy one.
+  sweep(
+      'tau',
+      '--config=configs/flexible.py:tiny',
+      f'--workdir={runs["root"]}/flexible',
+      '--taus=2',
+      '--beam_size=2',
+  )
+  again = runs_lib.load_run(f'{runs["root"]}/flexible').tau_sweep
+  assert [(float(r['tau']), r['beam_size']) for r in again] == [
+      (0.5, 1),
+      (2.0, 1),
+      (float('inf'), 1),
+      (2.0, 2),
+  ]
+  assert again[:3] == merged
+  figure = plots.plot_tau_tradeoff(
+      [runs_lib.load_run(f'{runs["root"]}/flexible')]
+  )
+  labels = [line.get_label() for line in figure.axes[0].get_lines()]
+  assert labels == ['flexible (beam 1)', 'flexible (beam 2)']
 
 
 def test_translate_with_attention(runs):

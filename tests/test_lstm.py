@@ -7,6 +7,7 @@ import jax
 import jax.numpy as jnp
 from jax.test_util import check_grads
 import numpy as np
+import pytest
 
 from nmt_jax import lstm
 
@@ -138,6 +139,32 @@ def test_recurrence_stops_after_the_longest_row_outside_differentiation():
   assert np.all(np.abs(scan_out[4:]) > 0)  # the scan computes them
   for a, c in zip(carry, scan_carry):
     np.testing.assert_allclose(a, c, rtol=1e-6, atol=1e-7)
+
+
+@pytest.mark.parametrize('longest', [257, 259])
+def test_bfloat16_encodes_every_token_of_a_long_source(longest):
+  # bfloat16 holds no odd integer above 256: a loop bound summed in it
+  # stopped one step early (257) or ran one step past the end (259).
+  rng = np.random.default_rng(3)
+  t, b, h = longest, 2, 4
+  x_gates = jnp.asarray(rng.normal(size=(t, b, 4 * h)), jnp.bfloat16)
+  w_h = jnp.asarray(rng.normal(size=(h, 4 * h)) * 0.5, jnp.bfloat16)
+  lengths = np.array([longest, 5])
+  valid = jnp.asarray(
+      (np.arange(t)[:, None, None] < lengths[None, :, None]), jnp.bfloat16
+  )
+  out, carry = jax.jit(lstm.lstm_recurrence)(x_gates, w_h, valid)
+  (scan_out, scan_carry), _ = jax.vjp(
+      lambda x: lstm.lstm_recurrence(x, w_h, valid), x_gates
+  )
+  assert np.all(np.asarray(out[-1, 0], np.float32) != 0)
+  np.testing.assert_array_equal(
+      np.asarray(out[:, 0], np.float32), np.asarray(scan_out[:, 0], np.float32)
+  )
+  for a, c in zip(carry, scan_carry):
+    np.testing.assert_array_equal(
+        np.asarray(a, np.float32), np.asarray(c, np.float32)
+    )
 
 
 def test_padding_never_changes_valid_outputs():

@@ -9,6 +9,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from nmt_jax import default_config
 from nmt_jax import errors
 from nmt_jax import lstm
 from nmt_jax import models
@@ -278,6 +279,14 @@ def test_tied_embeddings_need_a_matching_width():
   config.model.readout_size = 8
   with pytest.raises(errors.ConfigError, match='model.tie_embeddings'):
     validation.resolve(config)
+
+
+def test_no_attention_needs_a_bridge_to_read_the_source():
+  config = default_config.get_config('tiny')
+  config.model.attention.kind, config.model.bridge = 'none', 'zero'
+  with pytest.raises(errors.ConfigError, match='never lets the decoder read'):
+    validation.resolve(config)
+  helpers.tiny_config('global', 'general', bridge='zero')  # attention reads it
 
 
 def test_decoder_dropout_masks_drop_their_rate():

@@ -163,12 +163,12 @@ def test_bench_ops_runs_each_decoder_op_once_per_target_position(tmp_path):
 
 @pytest.mark.slow
 @pytest.mark.parametrize(
-    'mode, flags, sentences',
+    'mode, flags, rows',
     # decode.batch_size = 16 hypotheses, or 3 sentences in every mode.
     [('greedy', [], 16), ('beam', ['--sentences_per_batch=3'], 3)],
 )
 def test_bench_ops_traces_a_search_step_per_source_position(
-    tmp_path, mode, flags, sentences
+    tmp_path, mode, flags, rows
 ):
   out = tmp_path / 'ops.json'
   conftest.run_module(
@@ -183,7 +183,12 @@ def test_bench_ops_traces_a_search_step_per_source_position(
   )
   result = json.loads(out.read_text())['this']
   assert result['trace'].startswith(mode)
-  assert result['sentences'] == sentences
+  # The longest batch is the split's last: its remainder of real sentences,
+  # padded to the batch's rows; the time per sentence is per real one.
+  assert result['rows'] == rows and 1 <= result['sentences'] <= rows
+  assert result['ms_per_sentence'] == pytest.approx(
+      result['step_ms'] / result['sentences']
+  )
   assert sum(loop['share'] for loop in result['loops']) == pytest.approx(1.0)
   # EOS is held back until the reference length, which on the copy task is
   # the source's: the search steps once per source position of the

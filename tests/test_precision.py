@@ -162,3 +162,67 @@ def test_bfloat16_training_reaches_the_float32_bleu(tmp_path):
   )
   with open(workdir / 'eval_results.json') as f:
     assert abs(json.load(f)['bleu'] - bleu['bfloat16']) <= 0.5
+
+
+def _bf16_module_run(kind, run, **fields):
+  """`run(module, memory, query)` applied with bfloat16 params and inputs.
+
+  201 source positions: a position in [0, 200] needs more than bfloat16's 8
+  significant bits.
+  """
+  config = helpers.tiny_config(kind, 'dot').model.attention
+  for key, value in fields.items():
+    config[key] = value
+  config.max_source_length = 201
+  module = attention.make(config, 16)
+  rng = np.random.default_rng(0)
+  memory = jnp.asarray(rng.normal(size=(64, 201, 16)) * 0.3, jnp.float32)
+  query = jnp.asarray(rng.normal(size=(64, 16)), jnp.float32)
+  params = module.init(jax.random.key(0), memory, query, method=run)
+  to_bf16 = lambda x: x.astype(jnp.bfloat16)
+  return module.apply(
+      jax.tree_util.tree_map(to_bf16, params),
+      to_bf16(memory),
+      to_bf16(query),
+      method=run,
+  ), (to_bf16(memory), to_bf16(query), jax.tree_util.tree_map(to_bf16, params))
+
+
+def test_bfloat16_window_centres_are_computed_in_float32():
+  lengths = jnp.full((64,), 201, jnp.int32)
+  step = lambda q: attention.StepInputs(q, q, jnp.zeros((64,), jnp.int32))
+  previous = jnp.asarray(np.random.default_rng(1).uniform(0, 200, 64))
+
+  # local-p: p_t = (S - 1) sigmoid(v_p^T tanh(W_p h_t)), the sigmoid in
+  # float32 of the bfloat16 logit.
+  def local_center(module, memory, query):
+    cache = module.prepare(memory, lengths)
+    return module(query, cache, {}, step(query))[2]['center']
+
+  center, (_, query, params) = _bf16_module_run(
+      'local_p', local_center, window=10
+  )
+  p = params['params']
+  logit = jnp.tanh(query @ p['position_hidden']['kernel'])
+  logit = logit @ p['position_out']['kernel']
+  expected = 200 * jax.nn.sigmoid(logit[:, 0].astype(jnp.float32))
+  np.testing.assert_allclose(center, expected, rtol=1e-6)
+
+  # flexible: p_t = sum_s a_t(s) s from float32 weights of the bfloat16
+  # scores and the penalty around the previous centre.
+  def flexible_center(module, memory, query):
+    cache = module.prepare(memory, lengths)
+    state = {'center': previous.astype(jnp.float32)}
+    return module(query, cache, state, step(query))[2]
+
+  out, (memory, query, _) = _bf16_module_run(
+      'flexible', flexible_center, tau=float('inf')
+  )
+  scores = jnp.einsum('bd,bsd->bs', query, memory).astype(jnp.float32)
+  positions = jnp.arange(201)
+  offset = -out['strength'][:, None] * (positions - previous[:, None]) ** 2
+  offset = offset / (2 * 1.5**2)
+  weights = jax.nn.softmax(scores + offset, -1)
+  np.testing.assert_allclose(
+      out['center'], jnp.sum(weights * positions, -1), atol=2e-3
+  )

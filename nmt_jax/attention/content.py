@@ -100,7 +100,8 @@ class Concat(Score):
 class Location(Score):
   """Scores positions, not keys.
 
-  One logit per position, up to max_source_length.
+  One logit per position, up to max_source_length (positions past it, only
+  in a test split kept whole, take the last one's).
   """
 
   def setup(self):
@@ -167,6 +168,20 @@ class ContentAttention(base.Attention):
 
   FIELDS = SCORE_FIELD
 
+  @classmethod
+  def validate(cls, config):
+    attention = config.model.attention
+    longest = config.data.max_length + 1
+    if attention.score == 'location' and attention.max_source_length < longest:
+      raise errors.config_error(
+          'model.attention.max_source_length',
+          attention.max_source_length,
+          'is shorter than the longest source (data.max_length + 1 = '
+          f'{longest}) and the location score has one logit per position up'
+          ' to it',
+          'raise it or leave it unset',
+      )
+
   def setup(self):
     score = SCORES[self.config.score]
     self.scorer = score(self.hidden_size, self.config.max_source_length)
@@ -176,7 +191,7 @@ class ContentAttention(base.Attention):
     cache['keys'] = self.scorer.keys(memory)
     return cache
 
-  def attend_all(self, query, cache, logit_offset=None):
+  def attend_all(self, query, cache, logit_offset=None, dtype=None):
     """Masked softmax over all S positions -> weights [N, S].
 
     query [N, H]: N = B * G rows, G per cache row (base.group).
@@ -197,7 +212,7 @@ class ContentAttention(base.Attention):
     if logit_offset is not None:
       scores = scores + logit_offset.reshape(scores.shape)
     weights = base.masked_softmax(
-        scores, mask[:, None], dtype=cache['memory'].dtype
+        scores, mask[:, None], dtype=dtype or cache['memory'].dtype
     )
     return weights.reshape(query.shape[0], -1)
 
@@ -208,7 +223,9 @@ class ContentAttention(base.Attention):
         and queries_per_sentence == 1
     )
 
-  def attend_window(self, query, cache, positions, valid, logit_offset=None):
+  def attend_window(
+      self, query, cache, positions, valid, logit_offset=None, dtype=None
+  ):
     """Masked softmax over gathered positions -> weights [N, W].
 
     query [N, H]: N = B * G rows, G per cache row (base.group); positions
@@ -220,7 +237,9 @@ class ContentAttention(base.Attention):
     scores = self.scorer(grouped, keys, positions).reshape(valid.shape)
     if logit_offset is not None:
       scores = scores + logit_offset
-    return base.masked_softmax(scores, valid, dtype=cache['memory'].dtype)
+    return base.masked_softmax(
+        scores, valid, dtype=dtype or cache['memory'].dtype
+    )
 
   def window_rows(self, width, start, first, last):
     """Sentence b's window start[b] .. start[b] + width - 1 -> positions
@@ -241,19 +260,24 @@ class ContentAttention(base.Attention):
       offset=None,
       scale=None,
       with_weights=False,
+      dtype=None,
   ):
     """Each row's attention over its valid positions of its sentence's
     window (window_rows) -> context [N, D], weights [N, W] and, if
     with_weights, the weights at their source positions [N, S] (else None).
 
     offset [N, W] is added to the scores, scale [N, W] multiplies the
-    softmax weights (not renormalised).
+    softmax weights (not renormalised). dtype: the weights' (default the
+    memory's; the context is computed in the memory's).
     """
-    weights = self.attend_window(query, cache, positions, valid, offset)
+    weights = self.attend_window(query, cache, positions, valid, offset, dtype)
     if scale is not None:
       weights = (weights * scale).astype(weights.dtype)
     window_memory = gather_positions(cache['memory'], positions)
-    context = base.grouped_matmul(weights, window_memory)  # [N, D]
+    # [N, D]
+    context = base.grouped_matmul(
+        weights.astype(window_memory.dtype), window_memory
+    )
     scattered = None
     if with_weights:
       length = cache['mask'].shape[1]

@@ -126,9 +126,12 @@ class FlexibleAttention(content.ContentAttention):
     if math.isinf(tau):
       positions = jnp.broadcast_to(jnp.arange(length), (g.shape[0], length))
       offset = -self.penalty(g, previous, positions)
-      weights = self.attend_all(query, cache, offset)  # [N, S]
-      context = base.grouped_matmul(weights, cache['memory'])
-      center = jnp.sum(base.at_least_float32(weights) * positions, -1)
+      # float32 weights: the next step's penalty is centred on p_t.
+      memory = cache['memory']
+      dtype = jnp.promote_types(memory.dtype, jnp.float32)
+      weights = self.attend_all(query, cache, offset, dtype)  # [N, S]
+      context = base.grouped_matmul(weights.astype(memory.dtype), memory)
+      center = jnp.sum(weights * positions, -1)
       diagnostics.update(
           window=lengths.astype(jnp.float32),
           computed=jnp.full(lengths.shape, float(length)),
@@ -169,9 +172,17 @@ class FlexibleAttention(content.ContentAttention):
     positions, rows, valid = self.window_rows(width, start, first, last)
     offset = -self.penalty(g, previous, rows)
     context, weights, scattered = self.window_context(
-        query, cache, positions, rows, valid, offset, with_weights=with_weights
+        query,
+        cache,
+        positions,
+        rows,
+        valid,
+        offset,
+        with_weights=with_weights,
+        # At least float32: p_t centres the next step's penalty.
+        dtype=jnp.promote_types(cache['memory'].dtype, jnp.float32),
     )
-    center = jnp.sum(base.at_least_float32(weights) * rows, -1)
+    center = jnp.sum(weights * rows, -1)
     return context, center, scattered, jnp.full(g.shape, float(width))
 
   @classmethod

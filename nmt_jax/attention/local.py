@@ -132,7 +132,9 @@ class LocalPredictive(LocalAttention):
   def center(self, query, lengths, step):
     last = (lengths - 1).astype(jnp.float32)
     hidden = jnp.tanh(self.position_hidden(query))
-    return last * jax.nn.sigmoid(self.position_out(hidden)[:, 0])
+    # float32: in bfloat16, p_t in [0, S - 1] would keep 8 significant bits.
+    logit = base.at_least_float32(self.position_out(hidden)[:, 0])
+    return last * jax.nn.sigmoid(logit)
 
   def scale(self, positions, center):
     sigma = self.config.window / 2
@@ -141,6 +143,7 @@ class LocalPredictive(LocalAttention):
 
   @classmethod
   def validate(cls, config):
+    super().validate(config)
     window = config.model.attention.window
     if window < 1:
       raise errors.config_error(

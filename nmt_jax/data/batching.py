@@ -273,9 +273,13 @@ def eval_batches(
 
   Yields (indices [batch_size], batch); the batch is padded with copies of a
   one-token example whose index is -1, so every batch has `batch_size` rows.
+  Examples longer than the last boundary (a test split is kept whole) go in
+  one more bucket, of the longest one's length.
   """
   count = len(split) if limit is None else min(limit, len(split))
   lengths = example_lengths(split)[:count]
+  if count and lengths.max() > boundaries[-1]:
+    boundaries = [*boundaries, int(lengths.max())]
   order = np.argsort(lengths, kind='stable')
   for start in range(0, count, batch_size):
     rows = order[start : start + batch_size]

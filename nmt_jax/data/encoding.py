@@ -4,9 +4,10 @@ The vocabularies are built once from the training split (`--mode=prepare`, or
 the first training run) into `<workdir>/vocab/`. The encoded, length-filtered
 splits are cached in `<workdir>/data_cache/<key>` (flat int32 + offsets,
 memory-mapped), the key covering the data fields, the vocabularies and the
-source files, so a changed corpus or max_length is encoded again. Pairs with an
-empty side or more than data.max_length tokens on either side are skipped and
-counted in the log.
+source files, so a changed corpus or max_length is encoded again. Training
+and validation pairs with an empty side or more than data.max_length tokens on
+either side are skipped and counted in the log; the test split is kept whole
+(its scores and eval_hypotheses.txt cover every line of the test files).
 """
 
 import hashlib
@@ -33,10 +34,13 @@ def encode_split(
     target_vocab,
     max_length: int,
     where: str,
+    keep_all: bool = False,
 ):
   """-> (data.Split, {'empty': n, 'too_long': n}).
 
-  max_length counts tokens without EOS.
+  max_length counts tokens without EOS. With `keep_all` (the test split)
+  those pairs are counted but kept, so that line i of the split is line i of
+  its files.
   """
   split = dataset.Split([], [], [], [])
   dropped = {'empty': 0, 'too_long': 0}
@@ -56,15 +60,28 @@ def encode_split(
       )
       if not source.strip() or not target.strip():
         dropped['empty'] += 1
-        continue
-      if max(len(source_ids), len(target_ids)) - 1 > max_length:
+        if not keep_all:
+          continue
+      elif max(len(source_ids), len(target_ids)) - 1 > max_length:
         dropped['too_long'] += 1
-        continue
+        if not keep_all:
+          continue
       split.source.append(np.asarray(source_ids, np.int32))
       split.target.append(np.asarray(target_ids, np.int32))
       split.source_text.append(' '.join(source.split()))
       split.target_text.append(' '.join(target.split()))
-  if dropped['empty'] or dropped['too_long']:
+  if keep_all and (dropped['empty'] or dropped['too_long']):
+    logging.info(
+        '%s: kept all %d pairs, %d of them with an empty side and %d longer'
+        ' than data.max_length=%d tokens (decoded in a length bucket of their'
+        ' own)',
+        where,
+        len(split),
+        dropped['empty'],
+        dropped['too_long'],
+        max_length,
+    )
+  elif dropped['empty'] or dropped['too_long']:
     logging.info(
         '%s: kept %d pairs; skipped %d with an empty side and %d longer than '
         'data.max_length=%d tokens',
@@ -74,7 +91,7 @@ def encode_split(
         dropped['too_long'],
         max_length,
     )
-  if not len(split):
+  if not len(split) or (keep_all and dropped['empty'] == len(split)):
     fixes = []
     if dropped['empty']:
       fixes.append('give both sides of each line some text')
@@ -162,6 +179,8 @@ def cache_key(data_config, vocab_paths: Dict[str, str], identity) -> str:
       for k in ('name', 'source_lang', 'target_lang', 'max_length')
   }
   fields['vocab'] = data_config.vocab.to_dict()
+  # 2: the test split kept whole (before, filtered like the others).
+  fields['encoding'] = 2
   digest.update(
       json.dumps([fields, identity], sort_keys=True, default=str).encode()
   )
@@ -291,6 +310,7 @@ def task_from_lines(
           target_vocab,
           data_config.max_length,
           names[split],
+          keep_all=split == 'test',
       )[0]
       for split, pair in lines.items()
   }

@@ -192,7 +192,9 @@ def bench_decode(
   batching_args = (num_sentences, sentences_per_batch)
   benches = {'this': DecodeBench(config, workdir, *batching_args)}
   if compare is not None:
-    benches['other'] = DecodeBench(compare, None, *batching_args)
+    # The same weights on both sides: with a workdir, --compare may change
+    # how it decodes, not the model (restoring checks that).
+    benches['other'] = DecodeBench(compare, workdir, *batching_args)
   runs = {name: {mode: [] for mode in modes} for name in benches}
   compile_s = {}
   for name, one in benches.items():  # warm-up: compile every shape, run once

@@ -285,9 +285,11 @@ def bench_decode_ops(
   beam_size = one.beam_size(mode)
   evaluator = one.evaluator_for(beam_size)
   size = evaluator.decode_batch_size(beam_size)
-  *_, (_, batch) = batching.eval_batches(
+  *_, (rows, batch) = batching.eval_batches(
       one.task.eval, size, evaluator.boundaries
   )
+  # The last batch holds the remainder: rows of -1 pad it to `size`.
+  sentences = int(np.sum(rows >= 0))
   source = parallel.shard_global_batch({'source': batch['source']}, one.mesh)[
       'source'
   ]
@@ -308,8 +310,9 @@ def bench_decode_ops(
   result.update({
       'trace': 'greedy' if beam_size == 1 else f'beam{beam_size}',
       'source_length': source.shape[1],
-      'sentences': source.shape[0],
-      'ms_per_sentence': result['step_ms'] / source.shape[0],
+      'rows': source.shape[0],
+      'sentences': sentences,
+      'ms_per_sentence': result['step_ms'] / sentences,
   })
   return result
 
@@ -358,12 +361,18 @@ def _headline(this: Dict[str, Any], where: str, length: int) -> str:
       f"\n## Where {this['trace']} decoding's time goes ({where}, L = {length})"
       f'\n\n`python -m nmt_jax.bench ops --trace={flag}`: '
       f"decoding calls on the longest batch ({this['sentences']} sentences "
-      f"of {this['source_length']} source tokens, the search running to "
-      'the reference length), traced as above. A call took '
+      f'{_rows(this)}of {this["source_length"]} source tokens, the search '
+      'running to the reference length), traced as above. A call took '
       f"{this['step_ms']:,.0f} ms untraced ({this['ms_per_sentence']:.2f} "
       f"ms per sentence) and {this['traced_ms_per_step']:,.0f} ms of op "
       f'time traced; {share}.'
   )
+
+
+def _rows(this) -> str:
+  """'in a batch of N rows ' when padding rows filled the batch."""
+  rows = this.get('rows', this['sentences'])
+  return f'in a batch of {rows} rows ' if rows != this['sentences'] else ''
 
 
 def page_section(out: str, where: str, top: int = 12) -> List[str]:

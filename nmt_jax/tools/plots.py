@@ -213,7 +213,7 @@ def plot_tau_tradeoff(
 
   The window ('window': positions attended, Shu's measure; 'computed':
   positions actually scored) is a fraction of the source. One curve per run
-  with a tau sweep; `references` (e.g. global, local-p) as points.
+  with a tau sweep (and beam size, if it swept with several); `references` (e.g. global, local-p) as points.
   """
   key = f'avg_{measure}_fraction'
   plt = _pyplot()
@@ -224,17 +224,23 @@ def plot_tau_tradeoff(
           f'{run.workdir} has no tau_sweep.json; run python -m nmt_jax.sweep'
           f' tau --config=... --workdir={run.workdir}'
       )
-    rows = sorted(run.tau_sweep, key=lambda r: float(r['tau']))
-    x = [100 * r.get(key, math.nan) for r in rows]
-    ax.plot(x, [r['bleu'] for r in rows], marker='o', label=run.name)
-    for r, xi in zip(rows, x):
-      ax.annotate(
-          f"{float(r['tau']):g}",
-          (xi, r['bleu']),
-          textcoords='offset points',
-          xytext=(3, -10),
-          fontsize=7,
+    beams = sorted({r.get('beam_size') for r in run.tau_sweep}, key=str)
+    for beam in beams:  # one curve per beam size
+      rows = sorted(
+          (r for r in run.tau_sweep if r.get('beam_size') == beam),
+          key=lambda r: float(r['tau']),
       )
+      label = run.name if len(beams) == 1 else f'{run.name} (beam {beam})'
+      x = [100 * r.get(key, math.nan) for r in rows]
+      ax.plot(x, [r['bleu'] for r in rows], marker='o', label=label)
+      for r, xi in zip(rows, x):
+        ax.annotate(
+            f"{float(r['tau']):g}",
+            (xi, r['bleu']),
+            textcoords='offset points',
+            xytext=(3, -10),
+            fontsize=7,
+        )
   for run in references:
     result = run.eval_results or {}
     if 'bleu' in result and key in result:

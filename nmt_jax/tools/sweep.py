@@ -240,8 +240,9 @@ def tau_sweep(
   """Evaluates the workdir's best checkpoint at each tau.
 
   Writes <workdir>/tau_sweep.json. Rows of an earlier sweep of the same
-  checkpoint are kept (a tau evaluated again is replaced), so a second call
-  with other taus adds points to the curve.
+  checkpoint are kept (a tau evaluated again with the same beam is
+  replaced), so a second call with other taus adds points to the curve, and
+  one with another beam size a curve of its own.
   """
   config = validation.resolve(config)
   if 'tau' not in attention.get(config.model.attention.kind).FIELDS:
@@ -294,13 +295,14 @@ def tau_sweep(
     )
   path = os.path.join(workdir, 'tau_sweep.json')
   earlier = runs_lib.load_run(workdir).tau_sweep or []
-  taus = {float(row['tau']) for row in rows}
+  done = {(float(row['tau']), beam_size) for row in rows}
   rows += [
       row
       for row in earlier
-      if row['checkpoint_step'] == step and float(row['tau']) not in taus
+      if row['checkpoint_step'] == step
+      and (float(row['tau']), row.get('beam_size')) not in done
   ]
-  rows.sort(key=lambda row: float(row['tau']))
+  rows.sort(key=lambda row: (row.get('beam_size', 0), float(row['tau'])))
   writers.write_json(path, {'rows': rows})
   return rows
 
