@@ -84,27 +84,16 @@ def evaluate(
         ' add --output=DIR'
     )
   target = output or paths[0]
-  task, scorer, mesh, params, checkpoint_steps = workdirs.restore_scorer(
-      config, paths
-  )
-  workdirs.prepare(target)  # writable: fail now, not after decoding
-  with locks.locked(target):
-    evaluator = evaluation.Evaluator(config, scorer, task, mesh)
-    split = task.test_or_eval
-    profile_dir = None
-    if config.decode.profile:
-      profile_dir = os.path.join(target, 'profile_decode')
-    decoded, rows = _decode(config, evaluator, params, split, profile_dir)
-    result = evaluator.metrics(params, split, decoded, config.decode.beam_size)
-    result['eval_split'] = 'test' if task.test is not None else 'validation'
-    step = checkpoint_steps[0]
-    if len(paths) > 1:
-      result['ensemble'] = list(paths)
-      result['checkpoint_steps'] = checkpoint_steps
-    else:
-      result['checkpoint_step'] = step
-    if jax.process_index() == 0:
-      _write_eval(config, target, result, rows, len(paths) == 1)
+  created = workdirs.prepare(target)  # writable: fail now, not after decoding
+  try:
+    # Locked before restoring: a restore sets damaged checkpoints aside, which
+    # must not happen under a run that is writing there.
+    with locks.locked(target):
+      result, rows, step = _evaluate_locked(config, paths, target)
+  except BaseException:
+    if created:
+      workdirs.remove_if_empty(target)  # nothing left behind by a failure
+    raise
   logging.info(
       'evaluation of %s (beam %d): BLEU %.2f | chrF %.2f | RIBES %.4f | '
       'avg window %.1f | %.2f ms/sentence',
@@ -118,6 +107,30 @@ def evaluate(
   )
   logging.info('sacreBLEU signature: %s', result['bleu_signature'])
   return result
+
+
+def _evaluate_locked(config, paths: Sequence[str], target: str):
+  """evaluate()'s work once `target` is locked -> (result, rows, step)."""
+  task, scorer, mesh, params, checkpoint_steps = workdirs.restore_scorer(
+      config, paths
+  )
+  evaluator = evaluation.Evaluator(config, scorer, task, mesh)
+  split = task.test_or_eval
+  profile_dir = None
+  if config.decode.profile:
+    profile_dir = os.path.join(target, 'profile_decode')
+  decoded, rows = _decode(config, evaluator, params, split, profile_dir)
+  result = evaluator.metrics(params, split, decoded, config.decode.beam_size)
+  result['eval_split'] = 'test' if task.test is not None else 'validation'
+  step = checkpoint_steps[0]
+  if len(paths) > 1:
+    result['ensemble'] = list(paths)
+    result['checkpoint_steps'] = checkpoint_steps
+  else:
+    result['checkpoint_step'] = step
+  if jax.process_index() == 0:
+    _write_eval(config, target, result, rows, len(paths) == 1)
+  return result, rows, step
 
 
 def _write_eval(config, target: str, result, rows, record: bool):

@@ -197,6 +197,12 @@ def test_every_checkpoint_damaged_is_one_error(trained, tmp_path):
 
 def test_second_writer_is_refused(trained, tmp_path):
   workdir = _copy(trained, tmp_path)
+  # A damaged best checkpoint: eval must not set it aside (restore) before it
+  # finds the workdir in use.
+  ckpts = checkpoint.Checkpoints(workdir, create=False)
+  best = ckpts.best_step()
+  ckpts.close()
+  _flip_one_byte(os.path.join(workdir, 'checkpoints', str(best)))
   holder = {
       'host': socket.gethostname(),
       'pid': os.getpid(),  # alive: this test
