@@ -118,7 +118,7 @@ def _evaluate_locked(config, paths: Sequence[str], target: str):
   split = task.test_or_eval
   profile_dir = None
   if config.decode.profile:
-    profile_dir = os.path.join(target, 'profile_decode')
+    profile_dir = workdirs.profile_dir(target, 'profile_decode')
   decoded, rows = _decode(config, evaluator, params, split, profile_dir)
   result = evaluator.metrics(params, split, decoded, config.decode.beam_size)
   result['eval_split'] = 'test' if task.test is not None else 'validation'

@@ -16,6 +16,8 @@ from typing import Any, Dict
 
 from absl import logging
 import jax
+from jax.experimental import multihost_utils
+import numpy as np
 
 from nmt_jax.errors import CheckpointError
 
@@ -31,29 +33,51 @@ _held = set()  # lock paths this process holds
 def locked(workdir: str):
   """Holds `<workdir>/lock` (host, pid, command) while a run writes there.
 
-  Only process 0 of a multi-process run takes it. A lock left by a process
-  that no longer runs (same host, pid gone; or no heartbeat for
+  Only process 0 of a multi-process run takes it, and every process learns
+  whether it did: a refusal stops them all with one error line. A lock left
+  by a process that no longer runs (same host, pid gone; or no heartbeat for
   STALE_SECONDS) is taken over with a warning; a live one is a
   CheckpointError. Re-entrant within a process.
   """
   path = os.path.abspath(os.path.join(workdir, LOCK_FILE))
-  if jax.process_index() != 0 or path in _held:  # not ours, or held already
+  if path in _held:  # held already (every process records it)
     yield
     return
-  _acquire(path, workdir)
+  lead = jax.process_index() == 0
+  refused = None
+  if lead:
+    try:
+      _acquire(path, workdir)
+    except CheckpointError as e:
+      refused = e
+  if jax.process_count() > 1:
+    # A collective: without it the other processes would run on into the
+    # next one and fail there with a timeout.
+    locked_by_lead = multihost_utils.broadcast_one_to_all(
+        np.int32(refused is None)
+    )
+    if not lead and not int(locked_by_lead):
+      raise CheckpointError(
+          f'workdir {workdir} is in use by another run (process 0 says which);'
+          ' wait for it or stop it, or use another --workdir'
+      )
+  if refused is not None:
+    raise refused
   _held.add(path)
   stop = threading.Event()
-  heartbeat = threading.Thread(
-      target=_heartbeat, args=(path, stop), daemon=True
-  )
-  heartbeat.start()
+  if lead:
+    heartbeat = threading.Thread(
+        target=_heartbeat, args=(path, stop), daemon=True
+    )
+    heartbeat.start()
   try:
     yield
   finally:
     stop.set()
     _held.discard(path)
-    with contextlib.suppress(OSError):
-      os.remove(path)
+    if lead and _owned(path):  # not a lock another run took over meanwhile
+      with contextlib.suppress(OSError):
+        os.remove(path)
 
 
 def _acquire(path: str, workdir: str):
@@ -75,16 +99,15 @@ def _acquire(path: str, workdir: str):
             f' ({holder.get("command", "?")}); wait for it or stop it, or use'
             f' another --workdir (if no run uses it, delete {path})'
         ) from None
-      logging.warning(
-          'taking over the stale lock of %s (pid %s on %s since %s, no'
-          ' longer running)',
-          workdir,
-          holder.get('pid'),
-          holder.get('host'),
-          holder.get('since'),
-      )
-      with contextlib.suppress(FileNotFoundError):
-        os.remove(path)
+      if _take_over(path, holder):
+        logging.warning(
+            'taking over the stale lock of %s (pid %s on %s since %s, no'
+            ' longer running)',
+            workdir,
+            holder.get('pid'),
+            holder.get('host'),
+            holder.get('since'),
+        )
       continue
     with os.fdopen(fd, 'w') as f:
       json.dump(me, f)
@@ -92,6 +115,34 @@ def _acquire(path: str, workdir: str):
   raise CheckpointError(
       f'could not lock workdir {workdir}: {path} keeps reappearing; another'
       ' run is starting there'
+  )
+
+
+def _take_over(path: str, stale: Dict[str, Any]) -> bool:
+  """Removes the lock file if it still holds `stale`; True if it did.
+
+  Atomically: another run may have taken the stale lock over and written its
+  own between our reading and removing it. The file is renamed away first
+  (only one run can), and put back if it is not the one judged stale.
+  """
+  aside = f'{path}.stale-{socket.gethostname()}-{os.getpid()}'
+  try:
+    os.rename(path, aside)
+  except FileNotFoundError:  # another run removed it first
+    return False
+  if _read_lock(aside) == stale:
+    os.remove(aside)
+    return True
+  with contextlib.suppress(OSError):  # a newer run's lock: give it back
+    os.link(aside, path)
+  os.remove(aside)
+  return False
+
+
+def _owned(path: str) -> bool:
+  holder = _read_lock(path)
+  return holder.get('pid') == os.getpid() and (
+      holder.get('host') == socket.gethostname()
   )
 
 

@@ -70,7 +70,8 @@ def make_mesh(config):
   Checked before anything is built.
   """
   mesh = parallel.make_mesh(config.parallel.mesh_shape)
-  parallel.check_divisible(config.train.batch_size, mesh, 'train.batch_size')
+  if not config.data.batch_tokens:  # else batch_sizes rounds them (below)
+    parallel.check_divisible(config.train.batch_size, mesh, 'train.batch_size')
   if config.train.dropout_rng == 'philox2x32' and mesh.devices.size > 1:
     # XLA cannot lower Philox's mulhi in a step sharded over devices.
     raise errors.ConfigError(
@@ -266,7 +267,7 @@ def _train_and_evaluate(config, workdir: str, mesh) -> Dict[str, Any]:
         preemption.Preemption(t.sigterm_grace_seconds)
     )
     profiler = stack.enter_context(
-        Profiler(os.path.join(workdir, 'profile'), t)
+        Profiler(workdirs.profile_dir(workdir, 'profile'), t)
     )
     # A validation better than every saved one is saved whatever the step:
     # the best checkpoint is what eval, translate and early stopping use.

@@ -230,6 +230,39 @@ def test_stale_lock_of_a_dead_process_is_taken_over(trained, tmp_path):
   assert not os.path.exists(os.path.join(workdir, locks.LOCK_FILE))
 
 
+def test_a_stale_lock_taken_over_by_another_run_meanwhile_is_left_to_it(
+    tmp_path, monkeypatch
+):
+  # Two runs find the same stale lock; the first takes it over and writes its
+  # own before the second acts on what it read: the second must be refused,
+  # not delete the first's lock (both would then write the workdir).
+  path = tmp_path / locks.LOCK_FILE
+  path.write_text(json.dumps({'host': socket.gethostname(), 'pid': 2**22 + 7}))
+  live = {'host': socket.gethostname(), 'pid': os.getpid(), 'since': 'now'}
+  stale = locks._stale
+  calls = []
+
+  def first_run_takes_it_over_meanwhile(holder, where):
+    calls.append(holder)
+    if len(calls) == 1:
+      path.write_text(json.dumps(live))
+      return True  # what the second run read was stale
+    return stale(holder, where)
+
+  monkeypatch.setattr(locks, '_stale', first_run_takes_it_over_meanwhile)
+  with pytest.raises(errors.CheckpointError, match='is in use by pid'):
+    with locks.locked(str(tmp_path)):
+      pass
+  assert json.loads(path.read_text()) == live
+  assert os.listdir(tmp_path) == [locks.LOCK_FILE]
+  # Releasing removes only its own lock: one another run took over stays.
+  monkeypatch.setattr(locks, '_stale', stale)
+  path.unlink()
+  with locks.locked(str(tmp_path)):
+    path.write_text(json.dumps(dict(live, pid=os.getpid() + 1)))
+  assert path.exists()
+
+
 def test_two_runs_at_once_one_is_refused(tmp_path):
   workdir = str(tmp_path / 'w')
   args = [

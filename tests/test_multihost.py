@@ -186,3 +186,50 @@ def test_distributed_flag_mistakes(tmp_path, flags, message):
   )
   assert result.returncode == 2
   assert message in result.stderr.strip().splitlines()[-1]
+
+
+def test_a_workdir_in_use_stops_every_process_with_one_line(tmp_path):
+  # Only process 0 takes the lock; the others must learn of its refusal, not
+  # run on into a collective and time out there.
+  workdir = tmp_path / 'run'
+  workdir.mkdir()
+  holder = {'host': socket.gethostname(), 'pid': os.getpid(), 'since': 'now'}
+  (workdir / 'lock').write_text(json.dumps(holder))
+  port = free_port()
+  args = [f'--config={CONFIG}', *QUICK, f'--workdir={workdir}']
+  processes = [start(0, port, *args), start(1, port, *args)]
+  try:
+    errors = [p.communicate(timeout=300)[1] for p in processes]
+  finally:
+    for p in processes:
+      if p.poll() is None:
+        p.kill()
+  for p, err in zip(processes, errors):
+    assert p.returncode == 2, err[-3000:]
+    last = [line for line in err.strip().splitlines() if not GLOG.match(line)]
+    assert last[-1].startswith('error: workdir') and 'in use' in last[-1]
+    assert 'Traceback' not in err
+  assert json.loads((workdir / 'lock').read_text()) == holder
+
+
+def test_each_process_writes_its_own_profile(tmp_path):
+  # In one shared folder a process read back another's half-written trace
+  # (EOFError) and the other hung at the next collective.
+  workdir = tmp_path / 'run'
+  run_two_processes(
+      f'--config={CONFIG}',
+      *QUICK,
+      f'--workdir={workdir}',
+      '--config.train.num_steps=4',
+      '--config.train.eval_every=10000',
+      '--config.train.profile_from_step=1',
+      '--config.train.profile_steps=1',
+      timeout=300,
+  )
+  for process in (0, 1):
+    traces = list(
+        (workdir / 'profile' / f'process_{process}').glob(
+            'plugins/profile/*/perfetto_trace.json.gz'
+        )
+    )
+    assert len(traces) == 1, process

@@ -122,3 +122,18 @@ def test_device_mistakes_are_one_line_errors(tmp_path, override, message):
   assert result.stderr.strip().splitlines()[-1].startswith('error: ')
   assert message in result.stderr
   assert not workdir.exists()  # refused before anything was written
+
+
+def test_batches_by_tokens_need_no_divisible_batch_size(tmp_path):
+  # data.batch_tokens decides the training batches (rounded to multiples of
+  # the 3 devices); train.batch_size (8) is not checked against them.
+  result = nmt_on_devices(
+      3,
+      '--config=configs/global_general.py:tiny',
+      f'--workdir={tmp_path / "run"}',
+      '--config.data.batch_tokens=100',
+      '--config.train.num_steps=2',
+      '--config.decode.beam_size=1',
+      '--config.train.eval_num_sentences=8',
+  )
+  assert result.returncode == 0, result.stderr[-3000:]
