@@ -9,7 +9,6 @@ import contextlib
 import dataclasses
 import functools
 import math
-import os
 from typing import Any, Callable, Dict
 
 from absl import logging
