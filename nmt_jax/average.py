@@ -11,11 +11,12 @@ average more. Parameters are summed in float64, so the average of identical
 checkpoints is that checkpoint exactly.
 """
 
+import json
 import logging as std_logging
 import os
 import shutil
 import sys
-from typing import Any, Dict, List, Sequence
+from typing import Any, Dict, List, Optional, Sequence
 
 from absl import app
 from absl import flags
@@ -55,6 +56,16 @@ def _damaged(ckpts, step: int, error) -> errors.CheckpointError:
   )
 
 
+def _keep_checkpoints(ckpts) -> Optional[int]:
+  """train.keep_checkpoints of the run (its config.json), if readable."""
+  path = os.path.join(os.path.dirname(ckpts.directory), 'config.json')
+  try:
+    with open(path, encoding='utf-8') as f:
+      return int(json.load(f)['train']['keep_checkpoints'])
+  except (OSError, ValueError, KeyError, TypeError):
+    return None
+
+
 def choose_steps(ckpts, last: int = 0, best: int = 0) -> List[int]:
   """The steps to average: the newest `last` or the `best` by validation BLEU."""
   if bool(last) == bool(best) or min(last, best) < 0:
@@ -70,7 +81,17 @@ def choose_steps(ckpts, last: int = 0, best: int = 0) -> List[int]:
         ' --config.train.keep_checkpoints'
     )
   if last:
-    return steps[-last:]
+    chosen = steps[-last:]
+    keep = _keep_checkpoints(ckpts)
+    if keep is not None and last > keep:
+      # The newest `keep` and the best are kept: past them, an older step
+      # kept only for its BLEU, not the N before the last.
+      raise errors.UserError(
+          f'--last={last}: the run kept its newest {keep} checkpoints (and'
+          f' the best), so {chosen} are not the last {last} steps it saved;'
+          f' average at most --last={keep}, or use --best=N'
+      )
+    return chosen
   ranked = sorted(steps, key=lambda s: (_bleu(ckpts, s), s), reverse=True)
   return sorted(ranked[:best])
 

@@ -83,6 +83,14 @@ def evaluate(
         'an ensemble evaluation writes its results into a folder of its own;'
         ' add --output=DIR'
     )
+  if len(paths) > 1 and (
+      os.path.abspath(output) in {os.path.abspath(p) for p in paths}
+      or os.path.exists(os.path.join(output, 'config.json'))
+  ):
+    raise ConfigError(
+        f'--output={output} is a training workdir: the ensemble results would'
+        ' replace its own; give the ensemble a folder of its own'
+    )
   target = output or paths[0]
   created = workdirs.prepare(target)  # writable: fail now, not after decoding
   try:

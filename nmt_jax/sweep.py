@@ -140,10 +140,16 @@ def main(argv):
         raise errors.ConfigError(
             "run needs --root=DIR, the parent of the runs' workdirs"
         )
+      given_config = _CONFIG.value is not None or bool(_GRID.value)
       if bool(_SWEEP.value) == bool(_CONFIG.value is not None and _GRID.value):
         raise errors.ConfigError(
             'run needs either --sweep=FILE[:arg] or --config=FILE with '
             '--grid=field=v1,v2 (not both)'
+        )
+      if _SWEEP.value and given_config:  # they would be dropped silently
+        raise errors.ConfigError(
+            '--sweep=FILE names its own configs and grid; drop --config and'
+            ' --grid (override fields of every run with --set=field=value)'
         )
       if _SWEEP.value:
         runs = sweep.load_sweep(_SWEEP.value, _common_overrides())

@@ -73,6 +73,35 @@ def remove_if_empty(workdir: str):
 # ------------------------------------------------------- the model's identity
 
 
+# model.* fields that change how a trained model runs, not what it computes:
+# an evaluation may set them otherwise than training did.
+RUN_OPTIONS = (
+    'dtype',
+    'explicit_weight_grads',
+    'hoist_weight_grads',
+    'project_query',
+    'scan_unroll',
+)
+
+
+def with_run_options(member_config, config):
+  """A workdir's config with `config`'s run options and decoding fields.
+
+  An ensemble builds each member from its own config.json; the command
+  line's compute dtype, speed switches and (for members of its attention
+  kind) decoding fields such as flexible attention's tau apply to it as to a
+  single workdir.
+  """
+  for field in RUN_OPTIONS:  # member_config: a fresh load_config, changed here
+    if field in config.model:
+      member_config.model[field] = config.model[field]
+  kind = config.model.attention.kind
+  if member_config.model.attention.kind == kind:
+    for field in attention.get(kind).DECODING_FIELDS:
+      member_config.model.attention[field] = config.model.attention[field]
+  return member_config
+
+
 def identity_fields(config) -> Dict[str, Any]:
   """The config fields that say what a workdir's parameters mean.
 
@@ -99,14 +128,7 @@ def identity_fields(config) -> Dict[str, Any]:
     if key.startswith('model.attention.'):
       return key in kind_fields
     if key.startswith('model.'):
-      return key not in (
-          'model.dropout',
-          'model.dtype',
-          'model.explicit_weight_grads',
-          'model.hoist_weight_grads',
-          'model.project_query',
-          'model.scan_unroll',
-      )
+      return key != 'model.dropout' and key[len('model.') :] not in RUN_OPTIONS
     return key in data_fields or key.startswith('data.vocab.')
 
   return {k: v for k, v in flat.items() if keep(k)}
@@ -349,7 +371,7 @@ def restore_scorer(config, paths: Sequence[str]):
   mesh = parallel.make_mesh(config.parallel.mesh_shape)
   members, params, steps_ = [], [], []
   for path, member_config in zip(paths, configs):
-    model = steps.create_model(member_config, task)
+    model = steps.create_model(with_run_options(member_config, config), task)
     member_params, step = best_params(
         path, _abstract_params(model), mesh, f'member {path}', task=task
     )

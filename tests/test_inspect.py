@@ -161,6 +161,15 @@ def test_grid_dry_run_and_shards(tmp_path):
                 'run',
                 '--sweep=configs/sweeps/britz_copy.py',
                 '--root=/tmp/x',
+                '--grid=model.hidden_size=8,16',
+            ],
+            'drop --config and --grid',
+        ),
+        (
+            [
+                'run',
+                '--sweep=configs/sweeps/britz_copy.py',
+                '--root=/tmp/x',
                 '--only=L20/nope*',
             ],
             "--only='L20/nope*' matches no run",

@@ -16,7 +16,9 @@ import sys
 import numpy as np
 import pytest
 
+from nmt_jax import average
 from nmt_jax import default_config
+from nmt_jax import errors
 from nmt_jax import steps
 from nmt_jax import validation
 from nmt_jax import workdirs
@@ -202,6 +204,16 @@ def test_an_ensemble_of_copies_is_the_model(copy_model, tmp_path):
       *COPY, f'--workdir={w}', '--mode=score', input_text=pair
   ).stdout
   assert score(f'{copy_model},{copy_model}') == score(copy_model)
+  # The command line's run options reach every member as a single workdir.
+  bfloat16 = lambda w: nmt(
+      *COPY,
+      f'--workdir={w}',
+      '--mode=score',
+      '--config.model.dtype=bfloat16',
+      input_text=pair,
+  ).stdout
+  alone = bfloat16(copy_model)
+  assert bfloat16(f'{copy_model},{copy_model}') == alone != score(copy_model)
   out = tmp_path / 'ensemble'
   nmt(
       *COPY,
@@ -226,6 +238,17 @@ def test_an_ensemble_of_copies_is_the_model(copy_model, tmp_path):
       check=False,
   )
   assert refused.returncode == 2 and '--output=DIR' in refused.stderr
+  before = open(os.path.join(copy_model, 'eval_results.json')).read()
+  into_member = nmt(
+      *COPY,
+      f'--workdir={copy_model},{copy_model}',
+      '--mode=eval',
+      f'--output={copy_model}',
+      check=False,
+  )
+  assert into_member.returncode == 2
+  assert 'is a training workdir' in into_member.stderr.strip().splitlines()[-1]
+  assert open(os.path.join(copy_model, 'eval_results.json')).read() == before
 
 
 def test_averaged_checkpoints_load_in_every_mode(copy_model, tmp_path):
@@ -500,3 +523,19 @@ def test_profiles_of_training_steps_and_decoding(tmp_path):
     with gzip.open(trace / 'perfetto_trace.json.gz') as f:
       modules = {module for module, *_ in op_times.op_events(json.load(f))}
     assert program in modules, modules
+
+
+def test_averaging_the_last_n_stays_within_the_kept_checkpoints(tmp_path):
+  # keep_checkpoints=1 keeps step 6 and the best, step 2: "the last 2" would
+  # average a step far older than the one before the last (4, deleted).
+  (tmp_path / 'config.json').write_text(
+      json.dumps({'train': {'keep_checkpoints': 1}})
+  )
+
+  class Kept:
+    directory = str(tmp_path / 'checkpoints')
+    manager = type('Manager', (), {'all_steps': staticmethod(lambda: [2, 6])})
+
+  assert average.choose_steps(Kept, last=1) == [6]
+  with pytest.raises(errors.UserError, match='at most --last=1'):
+    average.choose_steps(Kept, last=2)
