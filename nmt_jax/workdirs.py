@@ -25,6 +25,7 @@ from nmt_jax import writers
 from nmt_jax.data import batching
 from nmt_jax.data import dataset
 from nmt_jax.errors import CheckpointError
+from nmt_jax.errors import ConfigError
 
 
 def prepare(workdir: str) -> bool:
@@ -367,6 +368,14 @@ def restore_scorer(config, paths: Sequence[str]):
           f' config: {"; ".join(changes)}; ensemble workdirs of one corpus'
           ' and vocabulary'
       )
+  aligned = config.decode.alignments or config.decode.replace_unk
+  if aligned and not any(
+      attention.get(c.model.attention.kind).HAS_CONTEXT for c in configs
+  ):
+    raise ConfigError(
+        'config: decode.alignments and decode.replace_unk need attention'
+        ' weights and no ensemble member has attention; turn them off'
+    )
   task = data.load_task(config.data, config.seed, paths[0])
   mesh = parallel.make_mesh(config.parallel.mesh_shape)
   members, params, steps_ = [], [], []

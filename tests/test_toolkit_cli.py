@@ -539,3 +539,27 @@ def test_averaging_the_last_n_stays_within_the_kept_checkpoints(tmp_path):
   assert average.choose_steps(Kept, last=1) == [6]
   with pytest.raises(errors.UserError, match='at most --last=1'):
     average.choose_steps(Kept, last=2)
+
+
+def test_alignments_of_an_ensemble_without_attention_are_one_line(tmp_path):
+  workdir = str(tmp_path / 'none')
+  nmt(
+      '--config=configs/no_attention.py:tiny',
+      f'--workdir={workdir}',
+      '--config.train.num_steps=2',
+      '--config.decode.beam_size=1',
+      '--config.train.eval_num_sentences=8',
+  )
+  result = nmt(
+      '--config=configs/global_general.py:tiny',
+      f'--workdir={workdir},{workdir}',
+      '--mode=translate',
+      '--config.decode.alignments=pharaoh',
+      input_text='a b c\n',
+      check=False,
+  )
+  assert result.returncode == 2, result.stderr[-2000:]
+  last = result.stderr.strip().splitlines()[-1]
+  assert (
+      last.startswith('error: ') and 'no ensemble member has attention' in last
+  )
