@@ -268,6 +268,14 @@ def test_prepare_train_eval_translate_on_a_text_corpus(tmp_path):
       *args, '--mode=translate', input_text='Eins zwei drei.\nVier.\n'
   )
   assert len(translated.stdout.splitlines()) == 2
+  # Attention maps label each piece, as many labels as weights.
+  from nmt_jax.tools import attention_maps  # pylint: disable=g-import-not-at-top
+
+  (maps,) = attention_maps.translate_with_attention(
+      workdir, ['Eins zwei drei.']
+  )
+  assert maps.weights.shape == (len(maps.hypothesis), len(maps.source))
+  assert maps.source[-1] == '</s>' and len(maps.source) > 3  # pieces, not words
 
   # A different vocabulary in the workdir is refused, and nothing is changed.
   from tests.test_cli import snapshot  # pylint: disable=g-import-not-at-top

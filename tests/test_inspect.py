@@ -479,3 +479,17 @@ def test_pivot_table_puts_each_model_on_one_row():
     runs_lib.pivot_table(
         rows + [row('L20/k16b', 20, 'memory', 16, 'none')], 'L'
     )
+
+
+def test_window_positions_of_a_reversed_source_are_put_in_reading_order():
+  # 5 words + EOS (length 6), read backwards by the model: its position p of
+  # a word is 4 - p in the text; EOS (5) stays last.
+  extras = {
+      'first': np.array([0, 1, 2]),
+      'last': np.array([1, 3, 5]),
+      'center': np.array([0.5, 2.0, 5.0]),
+  }
+  ordered = attention_maps._positions_in_reading_order(extras, 6)
+  np.testing.assert_array_equal(ordered['first'], [3, 1, 0])
+  np.testing.assert_array_equal(ordered['last'], [4, 3, 5])
+  np.testing.assert_allclose(ordered['center'], [3.5, 2.0, 5.0])

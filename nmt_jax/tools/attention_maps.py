@@ -78,7 +78,8 @@ def translate_with_attention(
   for i, tokens in enumerate(np.asarray(out.tokens)):
     steps = int(np.sum(tokens != 0))
     length = len(split.source[i])
-    hypothesis = task.target_vocab.decode(tokens[:steps]).split()
+    # One label per token (a character, a piece), as the weights have.
+    hypothesis = [task.target_vocab.tokens[t] for t in tokens[:steps]]
     extras = {
         k: np.asarray(v[i, :steps])
         for k, v in diagnostics.items()
@@ -95,10 +96,12 @@ def translate_with_attention(
         weights = _reading_order(weights, axis=1)
         if 'alpha' in extras:
           extras['alpha'] = _reading_order(extras['alpha'], axis=0)
+    if reverse:
+      extras = _positions_in_reading_order(extras, length)
     translations.append(
         Translation(
-            _source_tokens(task, split.source[i], reverse) + ['</s>'],
-            hypothesis + ['</s>'],
+            _source_tokens(task, split.source[i], reverse),
+            hypothesis,
             weights,
             extras,
             config.model.attention.kind,
@@ -108,8 +111,29 @@ def translate_with_attention(
 
 
 def _source_tokens(task, ids, reverse: bool) -> List[str]:
-  tokens = task.source_vocab.decode(ids).split()
-  return tokens[::-1] if reverse else tokens
+  """One label per source id, EOS ('</s>') last, in reading order."""
+  tokens = [task.source_vocab.tokens[t] for t in ids]
+  return list(_reading_order(np.array(tokens), 0)) if reverse else tokens
+
+
+def _positions_in_reading_order(extras, length: int):
+  """Source positions of a reversed source's extras, in reading order.
+
+  Position p < length - 1 (the words) is read at length - 2 - p; EOS stays
+  last. A window [first, last] of words turns into [length-2-last,
+  length-2-first]; one that reaches EOS is drawn from the first word to it.
+  """
+  extras = dict(extras)
+  flip = lambda p: np.where(p < length - 1, length - 2 - p, p)
+  for key in ('center', 'previous_center'):
+    if key in extras:
+      extras[key] = flip(np.asarray(extras[key], np.float64))
+  if 'first' in extras and 'last' in extras:
+    first, last = extras['first'], extras['last']
+    words_last = np.minimum(last, length - 2)
+    extras['first'] = flip(words_last)
+    extras['last'] = np.where(last >= length - 1, last, flip(first))
+  return extras
 
 
 def _reading_order(values, axis: int):
