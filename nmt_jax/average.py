@@ -92,7 +92,15 @@ def choose_steps(ckpts, last: int = 0, best: int = 0) -> List[int]:
           f' average at most --last={keep}, or use --best=N'
       )
     return chosen
-  ranked = sorted(steps, key=lambda s: (_bleu(ckpts, s), s), reverse=True)
+  bleu = {s: _bleu(ckpts, s) for s in steps}
+  validated = [s for s in steps if bleu[s] > float('-inf')]
+  if len(validated) < best:  # a step saved between validations has no BLEU
+    raise errors.UserError(
+        f'{ckpts.directory} holds {len(validated)} checkpoints with a'
+        f' validation BLEU ({validated}), fewer than --best={best}; average'
+        ' fewer, or use --last=N'
+    )
+  ranked = sorted(validated, key=lambda s: (bleu[s], s), reverse=True)
   return sorted(ranked[:best])
 
 

@@ -331,6 +331,11 @@ class Checkpoints:
         return step, restore_fn(step)
       except DamagedCheckpoint as e:
         skipped.add(step)
+        if not os.path.isdir(os.path.join(self.directory, str(step))):
+          # Gone while read: rotated away by the run writing there, not
+          # damaged (translate may read a workdir that is training).
+          self.manager.reload()
+          continue
         self._set_aside(step, str(e))
 
   def _set_aside(self, step: int, reason: str):

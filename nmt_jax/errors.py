@@ -87,7 +87,7 @@ def one_of(*choices: str):
           field,
           value,
           'is not one of the known values',
-          f'use one of {", ".join(choices)}',
+          f'use one of {", ".join(repr(c) if not c else c for c in choices)}',
       )
 
   return check

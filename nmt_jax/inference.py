@@ -15,6 +15,7 @@ import numpy as np
 from nmt_jax import evaluation
 from nmt_jax import locks
 from nmt_jax import outputs
+from nmt_jax import profiling
 from nmt_jax import validation
 from nmt_jax import workdirs
 from nmt_jax import writers
@@ -126,7 +127,7 @@ def _evaluate_locked(config, paths: Sequence[str], target: str):
   split = task.test_or_eval
   profile_dir = None
   if config.decode.profile:
-    profile_dir = workdirs.profile_dir(target, 'profile_decode')
+    profile_dir = profiling.profile_dir(target, 'profile_decode')
   decoded, rows = _decode(config, evaluator, params, split, profile_dir)
   result = evaluator.metrics(params, split, decoded, config.decode.beam_size)
   result['eval_split'] = 'test' if task.test is not None else 'validation'

@@ -25,6 +25,7 @@ from nmt_jax import locks
 from nmt_jax import parallel
 from nmt_jax import plateau as plateau_lib
 from nmt_jax import preemption
+from nmt_jax import profiling
 from nmt_jax import progress as progress_lib
 from nmt_jax import steps
 from nmt_jax import validation
@@ -266,7 +267,7 @@ def _train_and_evaluate(config, workdir: str, mesh) -> Dict[str, Any]:
         preemption.Preemption(t.sigterm_grace_seconds)
     )
     profiler = stack.enter_context(
-        Profiler(workdirs.profile_dir(workdir, 'profile'), t)
+        profiling.Profiler(profiling.profile_dir(workdir, 'profile'), t)
     )
     # A validation better than every saved one is saved whatever the step:
     # the best checkpoint is what eval, translate and early stopping use.
@@ -355,35 +356,6 @@ def _train_and_evaluate(config, workdir: str, mesh) -> Dict[str, Any]:
     if writer is not None:
       writer.close()
   return inference.evaluate(config, [workdir])
-
-
-class Profiler(contextlib.AbstractContextManager):
-  """Traces steps profile_from_step + 1 .. + profile_steps (jax.profiler)."""
-
-  def __init__(self, directory: str, train_config):
-    self.directory = directory
-    self.first = train_config.profile_from_step
-    self.last = self.first + train_config.profile_steps
-    self.enabled = train_config.profile_steps > 0
-    self.tracing = False
-
-  def before(self, step: int):
-    if self.enabled and step == self.first:
-      jax.profiler.start_trace(self.directory, create_perfetto_trace=True)
-      self.tracing = True
-
-  def after(self, done: int, state):
-    if self.tracing and done == self.last:
-      jax.block_until_ready(state)  # the traced steps, not their dispatch
-      self.__exit__(None, None, None)
-      logging.info(
-          'profile of steps %d-%d in %s', self.first + 1, done, self.directory
-      )
-
-  def __exit__(self, *exc_info):
-    if self.tracing:
-      self.tracing = False
-      jax.profiler.stop_trace()
 
 
 def _resume(ckpts, state, iterator, task, workdir: str):

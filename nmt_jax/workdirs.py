@@ -54,17 +54,6 @@ def prepare(workdir: str) -> bool:
   return created
 
 
-def profile_dir(workdir: str, name: str) -> str:
-  """Where this process writes a jax.profiler trace: <workdir>/<name>.
-
-  With several processes, <workdir>/<name>/process_<i>: each writes its own
-  trace, and JAX reads back the newest one in its folder to convert it.
-  """
-  if jax.process_count() == 1:
-    return os.path.join(workdir, name)
-  return os.path.join(workdir, name, f'process_{jax.process_index()}')
-
-
 def remove_if_empty(workdir: str):
   """Removes a workdir this run created when a failure left nothing in it."""
   with contextlib.suppress(OSError):

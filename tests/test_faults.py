@@ -618,6 +618,27 @@ def test_test_split_with_one_language_file_is_one_line(tmp_path):
   _one_line_error(result, 'c.test.en is missing')
 
 
+def test_a_checkpoint_rotated_away_while_read_is_not_set_aside(
+    trained, tmp_path
+):
+  # translate may read a workdir that is training: the step it picked can be
+  # deleted by the checkpoint rotation meanwhile. That is not damage.
+  workdir = _copy(trained, tmp_path)
+  ckpts = checkpoint.Checkpoints(workdir, create=False)
+
+  def restore(step):
+    if step == 6:
+      shutil.rmtree(os.path.join(ckpts.directory, '6'))
+      raise checkpoint.DamagedCheckpoint('Directory does not exist')
+    return step
+
+  try:
+    assert ckpts.first_good(restore) == (4, 4)
+  finally:
+    ckpts.close()
+  assert not os.path.exists(os.path.join(workdir, 'checkpoints', 'corrupt'))
+
+
 # Step 6 damaged: in its arrays (--last reads them), in its meta JSON (--best
 # ranks by the BLEU there too).
 @pytest.mark.parametrize(

@@ -541,6 +541,21 @@ def test_averaging_the_last_n_stays_within_the_kept_checkpoints(tmp_path):
     average.choose_steps(Kept, last=2)
 
 
+def test_averaging_the_best_n_takes_only_validated_checkpoints(monkeypatch):
+  # Step 4 was saved between validations: no BLEU to rank it by.
+  class Kept:
+    directory = '/nonexistent/checkpoints'
+    manager = type(
+        'Manager', (), {'all_steps': staticmethod(lambda: [2, 4, 6])}
+    )
+
+  bleu = {2: 10.0, 4: float('-inf'), 6: 20.0}
+  monkeypatch.setattr(average, '_bleu', lambda ckpts, step: bleu[step])
+  assert average.choose_steps(Kept, best=2) == [2, 6]
+  with pytest.raises(errors.UserError, match='fewer than --best=3'):
+    average.choose_steps(Kept, best=3)
+
+
 def test_alignments_of_an_ensemble_without_attention_are_one_line(tmp_path):
   workdir = str(tmp_path / 'none')
   nmt(

@@ -316,3 +316,10 @@ def test_logged_rates_leave_out_validation_but_keep_the_steps_before_it(
   summary = progress.summary(10, 1, 100, lambda step: 1.0)
   assert summary['tokens_per_sec'] == pytest.approx(1000.0)
   assert progress.seconds_per_step == pytest.approx(0.1)
+
+
+def test_an_empty_choice_is_spelled_out_in_the_advice():
+  # decode.alignments is '' (off) or 'pharaoh': "use one of , pharaoh" said
+  # nothing of the first.
+  with pytest.raises(errors.ConfigError, match="use one of '', pharaoh"):
+    errors.one_of('', 'pharaoh')('decode.alignments', 'pharoah')

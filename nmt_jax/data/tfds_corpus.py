@@ -87,6 +87,11 @@ def prepare(data_config):
             manual_dir=data_config.tfds_manual_dir or None
         )
     )
+  except ImportError as e:  # a package tensorflow-datasets needs here
+    raise DataError(
+        f'could not prepare {name}: {e}; install it (pip install'
+        f' {e.name or "the missing package"}) and run --mode=prepare again'
+    ) from None
   # Broad on purpose (network, missing manual files, ...).
   except Exception as e:  # pylint: disable=broad-except
     first = (str(e).strip().splitlines() or [type(e).__name__])[0][:300]
