@@ -12,9 +12,9 @@ A config file calls `get_config(arg)` and changes what its experiment needs:
 
   ''/None      CPU-sized copy task (L = 20, 128 units): trains in minutes
                on a laptop.
-  'copyN'      Britz et al. 2017 §4.1 copy setup at L = N (2-layer bi-LSTM
-               encoder, 2-layer decoder, 256 units, batch 128, Adam 1e-4,
-               dropout 0.2, beam 10, up to 200k steps).
+  'copyN'      Britz et al. 2017 §4.1 copy setup at L = N (2-layer encoder,
+               bidirectional bottom layer, 2-layer decoder, 256 units, batch
+               128, Adam 1e-4, dropout 0.2, beam 10, up to 200k steps).
   'chunk'      the chunk_reverse reordering task instead of copy.
   'wmt17_de_en' Britz et al. 2017 §4.2 WMT'17 setup (512 units, BPE 16k,
                batch 128, beam 10).
@@ -23,8 +23,11 @@ A config file calls `get_config(arg)` and changes what its experiment needs:
   'luong_sgd'  Luong et al. 2015's recipe: SGD, lr 1.0 halved every epoch
                after epoch 5, 10 epochs, clip 5, batch 128.
   'tiny'       test-sized model (16 units, few steps) for the test suite.
-Presets compose with commas: `copy100,tiny`. The two real-corpus presets read
-TFDS data: run them once with --mode=prepare (downloads the corpus).
+Presets compose with commas: `copy100,tiny`. They change the defaults; the
+config file's own settings come after them and win (global_general.py:rnnsearch
+keeps the general score, memory_k64.py:tiny its 64 slots). The two real-corpus
+presets read TFDS data: run them once with --mode=prepare (downloads the
+corpus).
 """
 
 import importlib.util
@@ -245,7 +248,8 @@ def get_config(arg=None):
   # 1 = decode once).
   config.decode.timing_repeats = 1
   # translate/eval write the N best hypotheses of each sentence in Moses
-  # n-best format, 'i ||| hypothesis ||| score' (0 = off; at most beam_size).
+  # n-best format, 'i ||| hypothesis ||| F0= score ||| score' (0 = off; at
+  # most beam_size).
   config.decode.nbest = 0
   # 'pharaoh': translate/eval also write hard alignments 'i-j' (source token i,
   # target token j) from the argmax of the attention (memory attention:

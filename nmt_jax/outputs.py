@@ -51,8 +51,12 @@ def replace_unk(
 
 
 def nbest_line(index: int, text: str, score: float, alignment: Optional[str]):
-  """Moses n-best format: 'index ||| hypothesis ||| score[ ||| alignment]'."""
-  line = f'{index} ||| {text} ||| {score:.6f}'
+  """Moses n-best format: 'index ||| hypothesis ||| F0= score ||| score'.
+
+  One feature (the model's score) and the total; Moses' optional alignment
+  field follows with decode.alignments: ' ||| 0-0 1-1 ...'.
+  """
+  line = f'{index} ||| {text} ||| F0= {score:.6f} ||| {score:.6f}'
   return line if alignment is None else f'{line} ||| {alignment}'
 
 

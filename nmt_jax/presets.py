@@ -7,7 +7,12 @@ import re
 
 
 def copy(config, length: int):
-  """Britz, Guan & Luong 2017 4.1.1: the copy task at L = length."""
+  """Britz, Guan & Luong 2017 4.1.1: the copy task at L = length.
+
+  Their "2-layer bidirectional encoder" (google/seq2seq) runs one 2-layer
+  stack per direction; here the bottom layer is bidirectional (GNMT's
+  encoder), model.bidirectional = 'all' makes both layers bidirectional.
+  """
   config.data.name = 'copy'
   config.data.max_length = length
   config.model.embed_size = config.model.hidden_size = 256

@@ -132,9 +132,14 @@ def prepare(config, workdir: str) -> dataset.Task:
         'data.name=%s is generated on the fly; nothing to prepare',
         config.data.name,
     )
-  workdirs.prepare(workdir)
-  data.prepare_corpus(config.data)
-  task = data.load_task(config.data, config.seed, workdir, build_vocab=True)
+  created = workdirs.prepare(workdir)
+  try:
+    data.prepare_corpus(config.data)
+    task = data.load_task(config.data, config.seed, workdir, build_vocab=True)
+  except BaseException:
+    if created:
+      workdirs.remove_if_empty(workdir)  # a failed download leaves nothing
+    raise
   splits = [('train', task.train), ('validation', task.eval)]
   if task.test is not None:
     splits.append(('test', task.test))

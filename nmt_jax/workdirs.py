@@ -68,6 +68,7 @@ def remove_if_empty(workdir: str):
 RUN_OPTIONS = (
     'dtype',
     'explicit_weight_grads',
+    'gate_table',
     'hoist_weight_grads',
     'project_query',
     'scan_unroll',
@@ -96,30 +97,33 @@ def identity_fields(config) -> Dict[str, Any]:
   """The config fields that say what a workdir's parameters mean.
 
   Every model.* field (of model.attention, those the kind's `identity`
-  names: its own fields without those that only steer decoding) except dropout and the speed switches (compute
-  dtype, explicit_weight_grads, hoist_weight_grads, project_query,
-  scan_unroll: a float32 run can be evaluated in bfloat16 and back), and the
-  data fields that define the vocabularies. Flattened, JSON values.
+  names: its own fields without those that only steer decoding) except
+  dropout and the speed switches (RUN_OPTIONS: a float32 run can be evaluated
+  in bfloat16 and back), and the data fields that define the vocabularies
+  (data.vocab.* for a corpus, data.num_symbols for an embedded task).
+  Flattened, JSON values.
   """
   flat = _flatten(json.loads(config.to_json_best_effort()))
   kind = attention.get(config.model.attention.kind)
   kind_fields = {
       f'model.attention.{f}' for f in kind.identity(config.model.attention)
   } | {'model.attention.kind'}
+  embedded = config.data.name in data.embedded.NAMES
   data_fields = (
       'data.name',
       'data.source_lang',
       'data.target_lang',
-      'data.num_symbols',
       'data.reverse_source',
-  )
+  ) + (('data.num_symbols',) if embedded else ())
 
   def keep(key: str) -> bool:
     if key.startswith('model.attention.'):
       return key in kind_fields
     if key.startswith('model.'):
       return key != 'model.dropout' and key[len('model.') :] not in RUN_OPTIONS
-    return key in data_fields or key.startswith('data.vocab.')
+    return key in data_fields or (
+        not embedded and key.startswith('data.vocab.')
+    )
 
   return {k: v for k, v in flat.items() if keep(k)}
 

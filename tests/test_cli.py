@@ -336,6 +336,17 @@ def trained_flexible(tmp_path_factory):
   return workdir
 
 
+def test_decoding_fields_may_change_for_evaluation(trained_flexible):
+  nmt(
+      '--config=configs/flexible.py:tiny',
+      *QUICK,
+      f'--workdir={trained_flexible}',
+      '--mode=eval',
+      '--config.model.attention.tau=1.0',
+      '--config.model.dropout=0.5',
+  )
+
+
 def test_flexible_finetuning_runs_from_a_trained_workdir(
     trained_flexible, tmp_path
 ):

@@ -500,3 +500,19 @@ def test_second_load_maps_the_encoded_cache_and_changes_invalidate_it(
       'z',
   ]
   assert len(os.listdir(os.path.join(workdir, encoding.CACHE_DIR))) == 3
+
+
+def test_a_failed_prepare_leaves_no_workdir(tmp_path):
+  from nmt_jax import train  # pylint: disable=g-import-not-at-top
+
+  config = default_config.get_config('tiny')
+  config.data.name = f'text:{tmp_path / "missing"}'
+  workdir = tmp_path / 'run'
+  with pytest.raises(DataError, match='missing'):
+    train.prepare(config, str(workdir))
+  assert not workdir.exists()
+  # A workdir that was there before stays.
+  workdir.mkdir()
+  with pytest.raises(DataError):
+    train.prepare(config, str(workdir))
+  assert workdir.is_dir()

@@ -47,7 +47,10 @@ def _assert_same(kind, score='general', **model):
   )
 
 
-@pytest.mark.parametrize('kind', attention.kinds())
+# 'global' (general score) and 'none' are decoders of VARIANTS below.
+@pytest.mark.parametrize(
+    'kind', [k for k in attention.kinds() if k not in ('global', 'none')]
+)
 def test_hoisted_gradients_equal_autodiffs_for_every_kind(kind):
   _assert_same(kind)
 

@@ -292,6 +292,15 @@ def _remote(script_args):
   ).removeprefix('--command=')
 
 
+def _cmdline(pid):
+  """The process's command line ('' once it has exited or while it execs)."""
+  try:
+    with open(f'/proc/{pid}/cmdline') as f:
+      return f.read().replace('\0', ' ')
+  except OSError:
+    return ''
+
+
 @pytest.mark.slow
 def test_tpu_pod_stop_interrupts_the_run_that_run_started(tmp_path):
   # The two remote commands as a worker's ssh runs them (a non-interactive
@@ -319,7 +328,15 @@ def test_tpu_pod_stop_interrupts_the_run_that_run_started(tmp_path):
   )
   subprocess.run(['bash', '-c', run], env=env, check=True, timeout=60)
   pid = int((home / 'nmt_jax.pid').read_text())
-  assert 'nmt_jax.main' in open(f'/proc/{pid}/cmdline').read()
+  # The pid is nohup's until it execs python; while a process execs, its
+  # cmdline reads empty. Wait for the python command line, not one read.
+  deadline = time.time() + 60
+  while 'nmt_jax.main' not in _cmdline(pid):
+    assert time.time() < deadline and os.path.exists(f'/proc/{pid}'), (
+        _cmdline(pid),
+        (home / 'nmt_jax.log').read_text()[-2000:],
+    )
+    time.sleep(0.1)
   metrics = workdir / 'metrics.jsonl'
   deadline = time.time() + 300
   while not (metrics.exists() and metrics.stat().st_size > 200):

@@ -110,13 +110,27 @@ def test_two_processes_stop_together_resume_and_agree_with_one(tmp_path):
   assert lasts[0] == lasts[1]  # the same step
   step = lasts[0].split('after step ')[1].split(',')[0]
   assert os.listdir(two / 'checkpoints') == [step]
-  # Restarted on the same workdir: both restore the saved step and go on.
+  # Restarted on the same workdir: both restore the saved step and go on,
+  # profiling the first step after it. In one shared profile folder a process
+  # read back another's half-written trace (EOFError) and the other hung at
+  # the next collective: one folder per process.
   end = int(step) + 4
   logs = run_two_processes(
-      *args, f'--config.train.num_steps={end}', f'--workdir={two}'
+      *args,
+      f'--config.train.num_steps={end}',
+      f'--workdir={two}',
+      f'--config.train.profile_from_step={step}',
+      '--config.train.profile_steps=1',
   )
   assert all(f'resuming from step {step}' in log for log in logs)
   assert str(end) in os.listdir(two / 'checkpoints')
+  for process in (0, 1):
+    traces = list(
+        (two / 'profile' / f'process_{process}').glob(
+            'plugins/profile/*/perfetto_trace.json.gz'
+        )
+    )
+    assert len(traces) == 1, process
   nmt(*args, f'--config.train.num_steps={end}', f'--workdir={one}')
 
   distributed, single = final_params(two, end), final_params(one, end)
@@ -210,26 +224,3 @@ def test_a_workdir_in_use_stops_every_process_with_one_line(tmp_path):
     assert last[-1].startswith('error: workdir') and 'in use' in last[-1]
     assert 'Traceback' not in err
   assert json.loads((workdir / 'lock').read_text()) == holder
-
-
-def test_each_process_writes_its_own_profile(tmp_path):
-  # In one shared folder a process read back another's half-written trace
-  # (EOFError) and the other hung at the next collective.
-  workdir = tmp_path / 'run'
-  run_two_processes(
-      f'--config={CONFIG}',
-      *QUICK,
-      f'--workdir={workdir}',
-      '--config.train.num_steps=4',
-      '--config.train.eval_every=10000',
-      '--config.train.profile_from_step=1',
-      '--config.train.profile_steps=1',
-      timeout=300,
-  )
-  for process in (0, 1):
-    traces = list(
-        (workdir / 'profile' / f'process_{process}').glob(
-            'plugins/profile/*/perfetto_trace.json.gz'
-        )
-    )
-    assert len(traces) == 1, process

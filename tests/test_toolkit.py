@@ -98,7 +98,13 @@ def test_nbest_lists_start_with_the_best_and_fall():
       assert hypothesis.alignment.shape == hypothesis.ids.shape
   greedy = evaluator.decode(params, task.eval, beam_size=1)
   assert all(len(n) == 1 for n in greedy.nbest)
-  assert outputs.nbest_line(3, 'a b', -1.5, None) == '3 ||| a b ||| -1.500000'
+  assert (
+      outputs.nbest_line(3, 'a b', -1.5, None)
+      == '3 ||| a b ||| F0= -1.500000 ||| -1.500000'
+  )
+  assert outputs.nbest_line(0, 'a', -2.0, '0-0').endswith(
+      ' ||| -2.000000 ||| 0-0'
+  )
 
 
 # ----------------------------------------------------------------- ensembles
@@ -263,6 +269,26 @@ def test_position_encodings_length_is_part_of_the_models_identity():
   assert identity('renorm', 8) != identity('renorm', 200)
   assert key not in identity('none', 8)
   assert identity('none', 8) == identity('none', 200)
+
+
+def test_the_identity_holds_the_vocabulary_fields_the_task_uses():
+  def identity(name, vocab_size=16_000, num_symbols=6, gate_table='auto'):
+    config = default_config.get_config('tiny')
+    config.data.name = name
+    config.data.vocab.size = vocab_size
+    config.data.num_symbols = num_symbols
+    config.model.gate_table = gate_table
+    return workdirs.identity_fields(config)
+
+  # An embedded task's vocabulary is its symbols: data.vocab.* is unused.
+  assert identity('copy') == identity('copy', vocab_size=99)
+  assert identity('copy') != identity('copy', num_symbols=7)
+  # A corpus's vocabulary is data.vocab.*; data.num_symbols is unused.
+  corpus = 'text:/corpus/train'
+  assert identity(corpus) == identity(corpus, num_symbols=7)
+  assert identity(corpus) != identity(corpus, vocab_size=99)
+  # A speed switch (the same numbers) is not part of it.
+  assert identity('copy') == identity('copy', gate_table='off')
 
 
 # ----------------------------------------------------------------- training

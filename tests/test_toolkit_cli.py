@@ -130,7 +130,8 @@ def test_nbest_first_lines_are_the_translations(copy_model, tmp_path):
   for index in (0, 1, 3):
     mine = [e for e in entries if int(e[0]) == index]
     assert 1 <= len(mine) <= 3 and mine[0][1] == best[index]
-    scores = [float(e[2]) for e in mine]
+    assert all(len(e) == 4 and e[2] == f'F0= {e[3]}' for e in mine)
+    scores = [float(e[3]) for e in mine]
     assert scores == sorted(scores, reverse=True)
   assert best[2] == ''
 

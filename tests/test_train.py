@@ -206,6 +206,25 @@ def test_every_config_file_and_preset_validates(preset):
     assert validation.resolve(config).model.attention.kind in attention.kinds()
 
 
+def test_a_config_files_own_fields_win_over_its_presets():
+  root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+  configs = os.path.join(root, 'configs')
+
+  def load(name, preset):
+    return default_config.sibling_config(
+        os.path.join(configs, 'x.py'), name, preset
+    )
+
+  general = load('global_general', 'rnnsearch').model
+  assert (general.attention.score, general.query) == ('general', 'previous')
+  assert not general.input_feeding
+  assert load('global_concat', 'rnnsearch').model.attention.score == 'concat'
+  assert load('memory_k64', 'tiny').model.attention.num_memory == 64
+  assert load('memory_k32', 'tiny').model.attention.num_memory == 32
+  tiny = load('memory_k64', 'tiny').model
+  assert (tiny.hidden_size, tiny.attention.position_encoding) == (16, 'none')
+
+
 @pytest.mark.parametrize('label_smoothing', [0.0, 0.1])
 def test_chunked_cross_entropy_is_the_whole_one(label_smoothing):
   rng = np.random.default_rng(3)

@@ -93,9 +93,14 @@ def source_weights(diagnostics) -> jax.Array:
   return diagnostics.get('source_weights', diagnostics.get('weights'))
 
 
+def float32_or_wider(dtype):
+  """float32 for a narrower float dtype (bfloat16); float64 stays."""
+  return jnp.promote_types(dtype, jnp.float32)
+
+
 def at_least_float32(x):
   """x in float32 if it is in a narrower float (bfloat16); float64 stays."""
-  return x.astype(jnp.promote_types(x.dtype, jnp.float32))
+  return x.astype(float32_or_wider(x.dtype))
 
 
 def masked_softmax(scores, mask, axis=-1, dtype=None):

@@ -128,7 +128,7 @@ class FlexibleAttention(content.ContentAttention):
       offset = -self.penalty(g, previous, positions)
       # float32 weights: the next step's penalty is centred on p_t.
       memory = cache['memory']
-      dtype = jnp.promote_types(memory.dtype, jnp.float32)
+      dtype = base.float32_or_wider(memory.dtype)
       weights = self.attend_all(query, cache, offset, dtype)  # [N, S]
       context = base.grouped_matmul(weights.astype(memory.dtype), memory)
       center = jnp.sum(weights * positions, -1)
@@ -180,7 +180,7 @@ class FlexibleAttention(content.ContentAttention):
         offset,
         with_weights=with_weights,
         # At least float32: p_t centres the next step's penalty.
-        dtype=jnp.promote_types(cache['memory'].dtype, jnp.float32),
+        dtype=base.float32_or_wider(cache['memory'].dtype),
     )
     center = jnp.sum(weights * rows, -1)
     return context, center, scattered, jnp.full(g.shape, float(width))
