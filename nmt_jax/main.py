@@ -35,6 +35,7 @@ from nmt_jax import compiler_options
 from nmt_jax import errors
 from nmt_jax import inference
 from nmt_jax import parallel
+from nmt_jax import preemption
 from nmt_jax import train
 from nmt_jax import writers
 
@@ -346,10 +347,11 @@ def main(argv):
     compile_cache.configure()
     # XLA rejects a typo now, not at a first step.
     compiler_options.get_decode(config)
-    if jax.process_count() == 1:
+    if jax.process_count() == 1 or _MODE.value != 'train':
       # SIGTERM stops like Ctrl-C (the training loop saves a checkpoint
-      # first); multi-process runs leave it to JAX's preemption service.
-      signal.signal(signal.SIGTERM, signal.default_int_handler)
+      # first). Multi-process training leaves it to JAX's preemption service
+      # until its loop ends (nmt_jax/preemption.py).
+      preemption.interrupt_on_sigterm()
     run(config, _WORKDIR.value, _MODE.value)
   except errors.UserError as e:
     logging.flush()

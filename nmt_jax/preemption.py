@@ -11,7 +11,9 @@ checkpoints in flight are finished and the run stops at the last one.
 
 In a multi-process run every process must save the same step: JAX's
 coordination service (jax.distributed) receives the signal and
-`reached_preemption_sync_point` agrees on the step.
+`reached_preemption_sync_point` agrees on the step. Outside the training loop
+(the final evaluation, --mode=eval|translate|score) nothing would ask it, so
+there SIGTERM stops the process like Ctrl-C, as in a one-process run.
 """
 
 import _thread
@@ -21,6 +23,11 @@ import threading
 from absl import logging
 import jax
 from jax.experimental import multihost_utils
+
+
+def interrupt_on_sigterm():
+  """SIGTERM raises KeyboardInterrupt in the main thread, like Ctrl-C."""
+  signal.signal(signal.SIGTERM, signal.default_int_handler)
 
 
 class Preemption:
@@ -40,6 +47,8 @@ class Preemption:
   def __exit__(self, *exc):
     if self._previous is not None:
       signal.signal(signal.SIGTERM, self._previous)
+    else:  # several processes: no sync point asks JAX's service any more
+      interrupt_on_sigterm()
     if self._watchdog is not None:
       self._watchdog.cancel()
     return False

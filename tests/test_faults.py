@@ -14,6 +14,7 @@ import signal
 import socket
 import subprocess
 import sys
+import time
 
 import numpy as np
 import pytest
@@ -670,3 +671,24 @@ def test_a_loss_spike_that_recovers_is_not_divergence():
     for step, loss in enumerate([0.2] * 10 + [3.5] * 5):
       stays.push(step, record(loss), 1)
     stays.flush()
+
+
+def test_sigterm_interrupts_a_multi_process_run_once_its_loop_has_ended(
+    monkeypatch,
+):
+  # With several processes JAX's preemption service takes SIGTERM during the
+  # training loop; after it (the final evaluation) nothing would act on it.
+  from nmt_jax import preemption  # pylint: disable=g-import-not-at-top
+
+  before = signal.getsignal(signal.SIGTERM)
+  try:
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)  # as JAX's, for Python
+    monkeypatch.setattr(preemption.jax, 'process_count', lambda: 2)
+    with preemption.Preemption(grace_seconds=5):
+      assert signal.getsignal(signal.SIGTERM) == signal.SIG_IGN
+    assert signal.getsignal(signal.SIGTERM) is signal.default_int_handler
+    with pytest.raises(KeyboardInterrupt):
+      os.kill(os.getpid(), signal.SIGTERM)
+      time.sleep(1)  # the handler runs between bytecodes
+  finally:
+    signal.signal(signal.SIGTERM, before)

@@ -268,7 +268,7 @@ def test_tied_embeddings_share_one_parameter():
     logits, _ = model.apply({'params': tied}, source, target_in)
     return jnp.sum(jax.nn.log_softmax(logits)[..., 4])
 
-  grad = jax.grad(output_loss)(decoder['embed']['embedding'])
+  grad = jax.jit(jax.grad(output_loss))(decoder['embed']['embedding'])
   # The softmax layer reads row 4 of the shared matrix: its gradient gets there.
   assert np.any(np.asarray(grad[4]) != 0)
 

@@ -70,7 +70,7 @@ def test_bfloat16_gradients_and_state_stay_float32():
       logits, _ = model.apply({'params': p}, source, target_in)
       return steps.cross_entropy(logits, target_out)[0]
 
-    return jax.grad(loss)(params)
+    return jax.jit(jax.grad(loss))(params)
 
   g32, g16 = grads(model32), grads(model16)
   for a, b in zip(
