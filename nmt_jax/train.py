@@ -214,15 +214,9 @@ def _train_and_evaluate(config, workdir: str, mesh) -> Dict[str, Any]:
   rows = functools.partial(parallel.process_rows, mesh=mesh)
   iterator = batching.train_iterator(batches, t.num_steps, rows)
   try:
-    start, latest = 0, ckpts.latest_step()
-    if latest is not None:
-      if latest > t.num_steps:  # before reading: the data stream ends there
-        raise CheckpointError(
-            f'train.num_steps={t.num_steps} is below the last checkpoint of'
-            f' {workdir} (step {latest}); raise --config.train.num_steps,'
-            ' or use --mode=eval to evaluate it'
-        )
-      start, state = _resume(ckpts, state, iterator, task, workdir)
+    start = 0
+    if ckpts.latest_step() is not None:
+      start, state = _resume(ckpts, state, iterator, task, workdir, t.num_steps)
       _check_iterator(iterator, start, workdir)
       logging.info('resuming from step %d', start)
     elif t.init_from:
@@ -363,13 +357,22 @@ def _train_and_evaluate(config, workdir: str, mesh) -> Dict[str, Any]:
   return inference.evaluate(config, [workdir])
 
 
-def _resume(ckpts, state, iterator, task, workdir: str):
+def _resume(ckpts, state, iterator, task, workdir: str, num_steps: int):
   """(step, state) of the newest good checkpoint; damaged ones set aside."""
   abstract_state = checkpoint.abstract(state)
 
   def restore(step):
-    # The vocabulary first: a mismatch then says why, not which shape differs.
-    workdirs.check_vocab(ckpts.meta(step), task, f'workdir {workdir}')
+    # Reading the meta first sets a damaged step aside (an empty directory
+    # is not the last checkpoint); the vocabulary then says why a checkpoint
+    # does not fit, not which shape differs.
+    meta = ckpts.meta(step)
+    if step > num_steps:  # before the data iterator: its stream ends there
+      raise CheckpointError(
+          f'train.num_steps={num_steps} is below the last checkpoint of'
+          f' {workdir} (step {step}); raise --config.train.num_steps,'
+          ' or use --mode=eval to evaluate it'
+      )
+    workdirs.check_vocab(meta, task, f'workdir {workdir}')
     return ckpts.restore(step, abstract_state, iterator)[0]
 
   step, state = ckpts.first_good(restore)
