@@ -11,7 +11,6 @@ average more. Parameters are summed in float64, so the average of identical
 checkpoints is that checkpoint exactly.
 """
 
-import json
 import logging as std_logging
 import os
 import shutil
@@ -58,12 +57,11 @@ def _damaged(ckpts, step: int, error) -> errors.CheckpointError:
 
 def _keep_checkpoints(ckpts) -> Optional[int]:
   """train.keep_checkpoints of the run (its config.json), if readable."""
-  path = os.path.join(os.path.dirname(ckpts.directory), 'config.json')
   try:
-    with open(path, encoding='utf-8') as f:
-      return int(json.load(f)['train']['keep_checkpoints'])
-  except (OSError, ValueError, KeyError, TypeError):
+    config = workdirs.load_config(os.path.dirname(ckpts.directory))
+  except (OSError, ValueError):
     return None
+  return int(config.train.keep_checkpoints)
 
 
 def choose_steps(ckpts, last: int = 0, best: int = 0) -> List[int]:

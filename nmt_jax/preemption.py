@@ -47,7 +47,7 @@ class Preemption:
   def __exit__(self, *exc):
     if self._previous is not None:
       signal.signal(signal.SIGTERM, self._previous)
-    else:  # several processes: no sync point asks JAX's service any more
+    elif jax.process_count() > 1:  # no sync point asks JAX's service any more
       interrupt_on_sigterm()
     if self._watchdog is not None:
       self._watchdog.cancel()
