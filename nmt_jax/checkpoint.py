@@ -14,6 +14,7 @@ to `checkpoints/corrupt/<step>`, and the next good one is used.
 
 import contextlib
 import gc
+import json
 import logging as std_logging
 import os
 import sys
@@ -225,6 +226,32 @@ class Checkpoints:
     name = f'process_{jax.process_index()}-of-{jax.process_count()}.json'
     return os.path.isfile(os.path.join(self.directory, str(step), 'data', name))
 
+  def _agree_data_state_readable(self, step: int, restore_data: bool):
+    """Raises DamagedCheckpoint on every process if one cannot read its own
+    data-iterator state of `step`.
+
+    Each process reads its own file, and Orbax's restore ends in a barrier
+    of all processes: one that failed before it would leave the others
+    waiting there.
+    """
+    name = f'process_{jax.process_index()}-of-{jax.process_count()}.json'
+    problem = ''
+    if restore_data:
+      try:
+        with open(os.path.join(self.directory, str(step), 'data', name)) as f:
+          if not isinstance(json.load(f), dict):
+            problem = f'{name} is not a JSON object'
+      except (OSError, ValueError) as e:
+        problem = f'{name}: {_one_line(e)}'
+    if jax.process_count() > 1:
+      failed = np.flatnonzero(
+          multihost_utils.process_allgather(np.array(bool(problem), np.int32))
+      )
+      if failed.size and not problem:
+        problem = f'process {failed[0]} cannot read its data-iterator state'
+    if problem:
+      raise DamagedCheckpoint(problem)
+
   def meta(self, step: int) -> Dict[str, Any]:
     """`step`'s meta JSON; raises DamagedCheckpoint if it cannot be read."""
     with _reading():
@@ -271,7 +298,9 @@ class Checkpoints:
           state=ocp.args.StandardRestore(abstract_state),
           meta=ocp.args.JsonRestore(),
       )
-      if data_iterator is not None and self.has_data_state(step):
+      restore_data = data_iterator is not None and self.has_data_state(step)
+      self._agree_data_state_readable(step, restore_data)
+      if restore_data:
         items['data'] = grain.checkpoint.CheckpointRestore(data_iterator)
       restored = self.manager.restore(step, args=ocp.args.Composite(**items))
       _verify(restored.state, restored.meta.get('checksums'))
@@ -318,7 +347,9 @@ class Checkpoints:
 
     Each damaged step is logged and moved to checkpoints/corrupt/ (or, in a
     read-only workdir, skipped). Returns (step, restore_fn(step)), or
-    (None, None) when no step is left.
+    (None, None) when no step is left. With several processes they agree: a
+    step one of them cannot read (its own data-iterator file, a read error on
+    one host) is damaged for all, or they would train from different steps.
     """
     skipped = set()
     while True:
@@ -328,15 +359,30 @@ class Checkpoints:
       best_step = self.best_step() if best else None
       step = best_step if best_step in steps else max(steps)
       try:
-        return step, restore_fn(step)
+        result, reason = restore_fn(step), None
       except DamagedCheckpoint as e:
-        skipped.add(step)
-        if not os.path.isdir(os.path.join(self.directory, str(step))):
-          # Gone while read: rotated away by the run writing there, not
-          # damaged (translate may read a workdir that is training).
-          self.manager.reload()
-          continue
-        self._set_aside(step, str(e))
+        result, reason = None, str(e)
+      # Looked at before any process sets the step aside.
+      gone = reason is not None and not os.path.isdir(
+          os.path.join(self.directory, str(step))
+      )
+      if jax.process_count() > 1:
+        verdicts = multihost_utils.process_allgather(
+            np.array([reason is not None, gone], np.int32)
+        )
+        failed = [i for i, (bad, _) in enumerate(verdicts) if bad]
+        if failed and reason is None:
+          reason = f'process {failed[0]} could not read it'
+        gone = bool(verdicts[:, 1].any())
+      if reason is None:
+        return step, result
+      skipped.add(step)
+      if gone:
+        # Rotated away by the run writing there while read, not damaged
+        # (translate may read a workdir that is training).
+        self.manager.reload()
+        continue
+      self._set_aside(step, reason)
 
   def _set_aside(self, step: int, reason: str):
     source = os.path.join(self.directory, str(step))

@@ -373,6 +373,8 @@ def _resume(ckpts, state, iterator, task, workdir: str, num_steps: int):
           ' or use --mode=eval to evaluate it'
       )
     workdirs.check_vocab(meta, task, f'workdir {workdir}')
+    # A newer step that failed to verify may have moved the iterator already.
+    iterator.set_state({'next_index': 0})
     return ckpts.restore(step, abstract_state, iterator)[0]
 
   step, state = ckpts.first_good(restore)

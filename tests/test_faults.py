@@ -168,6 +168,28 @@ def test_empty_step_directory_is_set_aside(trained, tmp_path):
   assert os.path.isdir(os.path.join(checkpoints, 'corrupt', '99'))
 
 
+def test_a_damaged_data_state_and_a_step_without_one(trained, tmp_path):
+  """6 fails its checksums after its data state moved the iterator; 4's data
+  state is not JSON; 2 has none for this process count (as if saved by
+  another number of processes): training resumes at 2 with the stream at 2.
+  """
+  workdir = _copy(trained, tmp_path)
+  checkpoints = os.path.join(workdir, 'checkpoints')
+  _flip_one_byte(os.path.join(checkpoints, '6'))
+  with open(
+      os.path.join(checkpoints, '4', 'data', 'process_0-of-1.json'), 'w'
+  ) as f:
+    f.write('{"next_ind')
+  os.remove(os.path.join(checkpoints, '2', 'data', 'process_0-of-1.json'))
+
+  result = nmt(*RUN, f'--workdir={workdir}', check=False)
+
+  assert result.returncode == 0, result.stderr[-3000:]
+  assert f'{checkpoints}/4 is damaged (process_0-of-1.json: ' in result.stderr
+  assert 'resuming from step 2' in result.stderr
+  assert sorted(os.listdir(os.path.join(checkpoints, 'corrupt'))) == ['4', '6']
+
+
 def test_eval_falls_back_from_a_damaged_best_checkpoint(trained, tmp_path):
   workdir = _copy(trained, tmp_path)
   with open(os.path.join(workdir, 'eval_results.json')) as f:

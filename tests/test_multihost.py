@@ -131,6 +131,19 @@ def test_two_processes_stop_together_resume_and_agree_with_one(tmp_path):
         )
     )
     assert len(traces) == 1, process
+  # A step only one process cannot read (its own data-iterator file) is
+  # damaged for both: both set it aside and resume from the step before.
+  # Alone, process 1 set it aside and waited while process 0 trained on.
+  (two / 'checkpoints' / str(end) / 'data' / 'process_1-of-2.json').write_text(
+      '{"next_in'
+  )
+  end += 2
+  logs = run_two_processes(
+      *args, f'--config.train.num_steps={end}', f'--workdir={two}', timeout=240
+  )
+  assert all(f'resuming from step {step}' in log for log in logs)
+  assert 'process 1 cannot read its data-iterator state' in logs[0]
+  assert os.listdir(two / 'checkpoints' / 'corrupt') == [str(end - 2)]
   nmt(*args, f'--config.train.num_steps={end}', f'--workdir={one}')
 
   distributed, single = final_params(two, end), final_params(one, end)
