@@ -118,6 +118,32 @@ def initialize_distributed(
   )
 
 
+def process_0_first(fn: Callable[[], Any], what: str) -> Any:
+  """fn() on process 0, then on the others once it has returned.
+
+  For work the processes must not do at once, such as building the
+  vocabularies into the shared workdir (SentencePiece samples its training
+  sentences at random: each process would build another one): the others
+  then read what process 0 wrote. If it fails there, every process stops,
+  the others with one line.
+  """
+  if jax.process_count() == 1:
+    return fn()
+  result, failure = None, None
+  if jax.process_index() == 0:
+    try:
+      result = fn()
+    except Exception as e:  # pylint: disable=broad-except
+      failure = e
+  # A collective: the others wait here while process 0 works.
+  succeeded = multihost_utils.broadcast_one_to_all(np.int32(failure is None))
+  if failure is not None:
+    raise failure
+  if not int(succeeded):
+    raise UserError(f'process 0 failed {what}; its log says why')
+  return fn() if jax.process_index() else result
+
+
 # ----------------------------------------------------------------- the mesh
 
 

@@ -107,7 +107,10 @@ def build(config, workdir=None, mesh=None) -> Setup:
   `Setup.config` has train.num_steps derived from train.num_epochs (if set).
   """
   mesh = mesh or make_mesh(config)
-  task = data.load_task(config.data, config.seed, workdir, build_vocab=True)
+  task = parallel.process_0_first(
+      lambda: data.load_task(config.data, config.seed, workdir, True),
+      'loading the data',
+  )
   batches = batching.training_batches(task, config, mesh.devices.size)
   config = with_epochs(config, batches.num_batches)
   model = steps.create_model(config, task)
@@ -135,7 +138,10 @@ def prepare(config, workdir: str) -> dataset.Task:
   created = workdirs.prepare(workdir)
   try:
     data.prepare_corpus(config.data)
-    task = data.load_task(config.data, config.seed, workdir, build_vocab=True)
+    task = parallel.process_0_first(
+        lambda: data.load_task(config.data, config.seed, workdir, True),
+        'loading the data',
+    )
   except BaseException:
     if created:
       workdirs.remove_if_empty(workdir)  # a failed download leaves nothing

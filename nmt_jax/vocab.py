@@ -9,6 +9,7 @@ unigram). `build_vocab` trains one from text, `load_vocab` reads it back.
 import collections
 import io
 import os
+import re
 from typing import Iterable, List, Sequence
 
 import numpy as np
@@ -235,9 +236,16 @@ def build_vocab(
     )
   except RuntimeError as e:
     detail = str(e).strip().splitlines()[-1]
+    # Every character of the text is a piece (character_coverage=1.0).
+    needed = re.search(r'smaller than required_chars\. \d+ vs (\d+)', detail)
+    fix = (
+        f'raise data.vocab.size to at least {needed.group(1)}'
+        if needed
+        else 'lower data.vocab.size'
+    )
     raise VocabError(
-        f'SentencePiece could not build a {size}-piece vocabulary ({detail}); '
-        'lower data.vocab.size'
+        f'SentencePiece could not build a {size}-piece vocabulary ({detail});'
+        f' {fix}'
     ) from None
   return SentencePieceVocab(model.getvalue())
 
@@ -248,15 +256,29 @@ def load_vocab(kind: str, path: str):
         f'vocabulary file {path} is missing; build it with --mode=prepare '
         '(same --config and --workdir)'
     )
+  # --mode=prepare builds only a missing file.
+  rebuild = (
+      'delete it and run --mode=prepare to build it again (a workdir that has'
+      ' trained needs the vocabulary it trained with)'
+  )
   if kind == 'sentencepiece':
     with open(path, 'rb') as f:
-      return SentencePieceVocab(f.read())
-  with open(path, encoding='utf-8') as f:
-    tokens = [line.rstrip('\n') for line in f]
+      proto = f.read()
+    try:
+      return SentencePieceVocab(proto)
+    except RuntimeError:
+      raise VocabError(
+          f'vocabulary file {path} is not a SentencePiece model; {rebuild}'
+      ) from None
+  try:
+    with open(path, encoding='utf-8') as f:
+      tokens = [line.rstrip('\n') for line in f]
+  except UnicodeDecodeError:
+    tokens = []
   if tuple(tokens[: len(SPECIALS)]) != SPECIALS:
     raise VocabError(
-        f'vocabulary file {path} does not start with {" ".join(SPECIALS)}; '
-        'rebuild it with --mode=prepare'
+        f'vocabulary file {path} does not start with {" ".join(SPECIALS)};'
+        f' {rebuild}'
     )
   return (CharVocab if kind == 'char' else Vocab)(tokens[len(SPECIALS) :])
 

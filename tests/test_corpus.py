@@ -113,6 +113,15 @@ def test_sentencepiece_too_large_is_a_clear_error():
     vocab_lib.build_vocab('sentencepiece', ['a b'], size=5000)
 
 
+def test_sentencepiece_smaller_than_the_characters_says_raise_it():
+  # Every character is a piece: 30 distinct ones need more than 20.
+  texts = [''.join(chr(0x4E00 + i) for i in range(30))] * 3
+  with pytest.raises(
+      vocab_lib.VocabError, match=r'raise data.vocab.size to at least 3\d$'
+  ):
+    vocab_lib.build_vocab('sentencepiece', texts, size=20)
+
+
 def test_vocab_file_errors(tmp_path):
   with pytest.raises(
       vocab_lib.VocabError, match='is missing; build it with --mode=prepare'
@@ -122,6 +131,11 @@ def test_vocab_file_errors(tmp_path):
   bad.write_text('a\nb\n')
   with pytest.raises(vocab_lib.VocabError, match='does not start with'):
     vocab_lib.load_vocab('word', str(bad))
+  bad.write_bytes(b'\xff\xfe\x00garbage')
+  with pytest.raises(vocab_lib.VocabError, match='delete it and run --mode=p'):
+    vocab_lib.load_vocab('word', str(bad))
+  with pytest.raises(vocab_lib.VocabError, match='not a SentencePiece model'):
+    vocab_lib.load_vocab('sentencepiece', str(bad))
 
 
 # ----------------------------------------------------------------- text corpora
@@ -146,7 +160,11 @@ def test_text_task_builds_then_reuses_its_vocabularies(tmp_path, kind, shared):
   task = data.load_task(config.data, 0, str(tmp_path), build_vocab=True)
   assert (len(task.train), len(task.eval), len(task.test)) == (400, 24, 24)
   files = sorted(os.listdir(tmp_path / 'vocab'))
-  assert len(files) == (1 if shared else 2)
+  # Each vocabulary with the data.vocab settings it was built with.
+  assert len(files) == (2 if shared else 4)
+  assert (
+      sum(name.endswith('.settings.json') for name in files) == len(files) // 2
+  )
   with open(f'{NUMBERS}.dev.en', encoding='utf-8') as f:
     first = f.readline().strip()
   assert task.target_vocab.decode(task.eval.target[0]) == first
@@ -158,6 +176,11 @@ def test_text_task_builds_then_reuses_its_vocabularies(tmp_path, kind, shared):
   assert {
       name: (tmp_path / 'vocab' / name).read_bytes() for name in files
   } == before
+  # Other settings do not silently reuse it.
+  other = {'size': 44} if kind == 'sentencepiece' else {'min_count': 2}
+  changed = text_config(kind=kind, shared=shared, max_length=60, **other)
+  with pytest.raises(DataError, match='built with other data.vocab'):
+    data.load_task(changed.data, 0, str(tmp_path), build_vocab=True)
 
 
 def write_corpus(directory, **splits):
@@ -259,7 +282,10 @@ def test_prepare_train_eval_translate_on_a_text_corpus(tmp_path):
   ]
   out = nmt(*args, '--mode=prepare')
   assert 'train 400 pairs, validation 24 pairs, test 24 pairs' in out.stderr
-  assert os.listdir(os.path.join(workdir, 'vocab')) == ['spm_shared.model']
+  assert sorted(os.listdir(os.path.join(workdir, 'vocab'))) == [
+      'spm_shared.model',
+      'spm_shared.model.settings.json',
+  ]
   nmt(*args, '--config.train.num_steps=6')
   with open(os.path.join(workdir, 'eval_results.json')) as f:
     result = f.read()
@@ -377,7 +403,10 @@ def test_tfds_prepare_train_and_evaluate_under_mock_data(tmp_path):
             'en'
         ].split()
     )
-    assert os.listdir(os.path.join(workdir, 'vocab')) == ['words_shared.txt']
+    assert sorted(os.listdir(os.path.join(workdir, 'vocab'))) == [
+        'words_shared.txt',
+        'words_shared.txt.settings.json',
+    ]
     result = train.train_and_evaluate(config, workdir)
   assert result['eval_split'] == 'test' and result['num_sentences'] == 24
   assert os.path.exists(os.path.join(workdir, 'eval_results.json'))

@@ -105,6 +105,34 @@ def test_train_batches_are_a_pure_function_of_the_step():
   assert not all(np.array_equal(a.epoch(0)[i], a.epoch(1)[i]) for i in range(3))
 
 
+def test_a_bucket_smaller_than_a_batch_is_trained_with_a_longer_one():
+  """Each epoch drops a bucket's partial batch: a bucket of fewer examples
+  than one batch was never trained on."""
+  task, _ = _task(num_train=400)
+  lengths = batching.example_lengths(task.train)
+  shortest, longest = int(lengths.min()), task.max_length
+  small = int(np.sum(lengths == shortest))
+  assert 0 < small < len(lengths) - small
+  batches = batching.TrainBatches(
+      task.train, small + 1, [shortest, longest], seed=0
+  )
+  seen = set()
+  for epoch in range(20):
+    for rows in batches.epoch(epoch):
+      seen.update(rows.tolist())
+      bucket = set(batches.bucket[rows].tolist())
+      assert len(bucket) == 1
+      assert lengths[rows].max() <= batches.boundaries[bucket.pop()]
+  assert seen == set(range(len(lengths)))
+  # The longest bucket short of a batch takes the nearest shorter one.
+  top = int(np.sum(lengths == longest))
+  assert 0 < top < len(lengths) - top
+  few = batching.TrainBatches(
+      task.train, top + 1, [longest - 1, longest], seed=0
+  )
+  assert set(few.bucket.tolist()) == {1}
+
+
 def test_eval_batches_cover_every_example_once():
   task, _ = _task(num_eval=37)
   boundaries = batching.bucket_boundaries(task.max_length, 2)
@@ -166,6 +194,9 @@ def test_fitted_buckets_pad_least():
   assert padding(fitted) < padding(batching.bucket_boundaries(30, 3))
   # Fewer distinct lengths than buckets: one bucket each, the longest kept.
   assert batching.fitted_boundaries(np.array([3, 3, 7]), 21, 4) == [3, 7, 21]
+  # More buckets than lengths: one per length (it fell to one bucket).
+  every = np.arange(1, 8).repeat(5)
+  assert batching.fitted_boundaries(every, 7, 8) == list(range(1, 8))
 
 
 def test_fitted_bucketing_trains_from_the_training_lengths():

@@ -237,3 +237,43 @@ def test_a_workdir_in_use_stops_every_process_with_one_line(tmp_path):
     assert last[-1].startswith('error: workdir') and 'in use' in last[-1]
     assert 'Traceback' not in err
   assert json.loads((workdir / 'lock').read_text()) == holder
+
+
+def test_process_0_builds_the_vocabulary_the_others_read_it(tmp_path):
+  """Both processes building into one workdir collided on the temporary
+  file, and SentencePiece's sampling would build each its own vocabulary."""
+  workdir = tmp_path / 'run'
+  args = [
+      f'--config={CONFIG}',
+      f'--workdir={workdir}',
+      (
+          f'--config.data.name=text:{os.path.join(ROOT, "tests", "data", "numbers")}'
+      ),
+      '--config.data.max_length=60',
+      '--config.data.vocab.kind=sentencepiece',
+      '--config.data.vocab.size=48',
+      '--mode=prepare',
+  ]
+  logs = run_two_processes(*args, timeout=300)
+  built = [[x for x in log.splitlines() if 'vocabulary: ' in x] for log in logs]
+  assert len(built[0]) == 2 and not built[1], built  # source, target (shared)
+  assert all('prepared: train 400 pairs' in log for log in logs)
+  # A failure on process 0 stops both, the other with one line.
+  (workdir / 'vocab' / 'spm_shared.model').write_bytes(b'not a model')
+  port = free_port()
+  processes = [start(0, port, *args), start(1, port, *args)]
+  try:
+    errors = [p.communicate(timeout=300)[1] for p in processes]
+  finally:
+    for p in processes:
+      if p.poll() is None:
+        p.kill()
+  lasts = [
+      [x for x in err.strip().splitlines() if not GLOG.match(x)][-1]
+      for err in errors
+  ]
+  assert [p.returncode for p in processes] == [2, 2], errors[1][-2000:]
+  assert 'spm_shared.model' in lasts[0], lasts[0]
+  assert (
+      lasts[1] == 'error: process 0 failed loading the data; its log says why'
+  )

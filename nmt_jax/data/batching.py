@@ -10,6 +10,7 @@ import functools
 import math
 from typing import Dict, Iterator, List, Optional, Sequence, Tuple
 
+from absl import logging
 import grain
 import numpy as np
 
@@ -38,6 +39,8 @@ def fitted_boundaries(
   by dynamic programming over the length histogram: O(num_buckets *
   max_length^2), milliseconds for sentence lengths.
   """
+  # No more buckets than lengths: the exact count would not fit otherwise.
+  num_buckets = min(num_buckets, max_length)
   counts = np.bincount(
       np.minimum(lengths, max_length), minlength=max_length + 1
   )
@@ -133,7 +136,8 @@ class TrainBatches:
 
   `batch(step)` is a pure function of step. Each epoch is a seeded permutation
   grouped by bucket into full batches (a bucket's last partial batch is left
-  out of that epoch), in shuffled order. `batch_size` is one size for every
+  out of that epoch), in shuffled order. A bucket with fewer examples than
+  one batch is trained with a longer one. `batch_size` is one size for every
   bucket or one per bucket (see batch_sizes).
   """
 
@@ -159,7 +163,7 @@ class TrainBatches:
           f'{self.boundaries[-1]}; raise data.max_length'
       )
     # bucket of each example
-    self.bucket = np.searchsorted(self.boundaries, lengths)
+    self.bucket = self._fill_buckets(np.searchsorted(self.boundaries, lengths))
     # Full batches per bucket do not depend on the order, so every epoch has
     # the same number of them.
     self.num_batches = int(
@@ -174,6 +178,36 @@ class TrainBatches:
           f'{max(self.sizes)} in any length bucket; lower train.batch_size'
       )
     self._cached_epoch: Tuple[int, List[np.ndarray]] = (-1, [])
+
+  def _fill_buckets(self, bucket: np.ndarray) -> np.ndarray:
+    """bucket [examples], with every bucket holding at least one batch.
+
+    Each epoch leaves out a bucket's last partial batch, so the examples of
+    a bucket smaller than its batch would never be trained on: they join
+    the next longer bucket (the longest, the nearest shorter one joins it).
+    """
+    bucket, last = bucket.copy(), len(self.boundaries) - 1
+    counts = np.bincount(bucket, minlength=last + 1)
+
+    def join(small, into):
+      logging.info(
+          'length bucket %d holds %d example(s), fewer than its batch of %d:'
+          ' they are trained in bucket %d',
+          self.boundaries[small],
+          counts[small],
+          self.sizes[small],
+          self.boundaries[into],
+      )
+      bucket[bucket == small] = into
+      counts[into] += counts[small]
+      counts[small] = 0
+
+    for b in range(last):
+      if 0 < counts[b] < self.sizes[b]:
+        join(b, b + 1)
+    while 0 < counts[last] < self.sizes[last] and counts[:last].any():
+      join(int(np.flatnonzero(counts[:last])[-1]), last)
+    return bucket
 
   def epoch(self, epoch: int) -> List[np.ndarray]:
     """One epoch's batches (arrays of example indices), in training order."""

@@ -120,6 +120,50 @@ def vocab_files(data_config, directory: str) -> Dict[str, str]:
   }
 
 
+def vocab_settings(data_config) -> Dict[str, Dict[str, object]]:
+  """{'source'|'target': the data.vocab fields its vocabulary is built by}."""
+  v = data_config.vocab
+  sizes = {'source': v.size, 'target': v.target_size or v.size}
+  if v.shared:
+    sizes['target'] = v.size
+  # The fields each kind reads (build_vocab).
+  built_by = {'sentencepiece': ('model_type',), 'word': ('min_count',)}
+  built_by['char'] = built_by['word']
+  return {
+      side: {
+          'size': sizes[side],
+          **{name: v[name] for name in built_by.get(v.kind, ())},
+      }
+      for side in ('source', 'target')
+  }
+
+
+def check_vocab_settings(data_config, files: Dict[str, str]):
+  """DataError when a vocabulary file was built with other data.vocab fields.
+
+  Its settings are recorded beside it (<file>.settings.json); a vocabulary
+  built before they were has none and is taken as it is.
+  """
+  for side, wanted in vocab_settings(data_config).items():
+    try:
+      with open(files[side] + '.settings.json', encoding='utf-8') as f:
+        built = json.load(f)
+    except FileNotFoundError:
+      continue
+    changed = [
+        f'{name} {wanted[name]!r} here, {built.get(name)!r} there'
+        for name in wanted
+        if built.get(name) != wanted[name]
+    ]
+    if changed:
+      raise DataError(
+          f'the {side} vocabulary {files[side]} was built with other data.vocab'
+          f' settings: {", ".join(changed)}; keep its settings, or delete'
+          f' {os.path.dirname(files[side])} to build it again (a workdir that'
+          ' has trained needs a new --workdir)'
+      )
+
+
 def build_vocabs(
     data_config, directory: str, source_lines, target_lines
 ) -> Dict[str, str]:
@@ -150,10 +194,15 @@ def build_vocabs(
         )
         for side in ('source', 'target')
     }
+  settings = vocab_settings(data_config)
   for side in ('source', 'target'):
-    tmp = files[side] + '.tmp'
+    tmp = f'{files[side]}.tmp-{os.getpid()}'
     vocabs[side].save(tmp)
-    os.replace(tmp, files[side])  # a crash never leaves half a vocabulary
+    with open(tmp + '.settings', 'w', encoding='utf-8') as f:
+      json.dump(settings[side], f)
+    # A crash never leaves half a vocabulary.
+    os.replace(tmp + '.settings', files[side] + '.settings.json')
+    os.replace(tmp, files[side])
     logging.info(
         '%s vocabulary: %s -> %s', side, vocabs[side].describe(), files[side]
     )
@@ -254,6 +303,7 @@ def cached_task(
   """
   paths = vocab_files(data_config, os.path.join(workdir, 'vocab'))
   if all(os.path.exists(p) for p in paths.values()):
+    check_vocab_settings(data_config, paths)
     directory = os.path.join(
         workdir, CACHE_DIR, cache_key(data_config, paths, identity)
     )
@@ -301,6 +351,7 @@ def task_from_lines(
           '(same --config and --workdir)'
       )
     build_vocabs(data_config, directory, *lines['train'])
+  check_vocab_settings(data_config, files)
   source_vocab = vocab_lib.load_vocab(data_config.vocab.kind, files['source'])
   target_vocab = vocab_lib.load_vocab(data_config.vocab.kind, files['target'])
   splits = {
