@@ -99,7 +99,34 @@ def choose_steps(ckpts, last: int = 0, best: int = 0) -> List[int]:
         ' fewer, or use --last=N'
     )
   ranked = sorted(validated, key=lambda s: (bleu[s], s), reverse=True)
+  _check_best_kept(ckpts, steps, best)
   return sorted(ranked[:best])
+
+
+def _check_best_kept(ckpts, steps: List[int], best: int):
+  """UserError if a validation among the run's `best` best (metrics.jsonl)
+  has no kept checkpoint: the kept ones would not be the best N.
+
+  A run keeps its newest train.keep_checkpoints and its best checkpoint.
+  """
+  records = writers.read_metrics(os.path.dirname(ckpts.directory))
+  bleu = {
+      r['step']: r['bleu']
+      for r in records
+      if r.get('split') == 'valid' and 'bleu' in r
+  }
+  top = sorted(bleu, key=lambda s: (bleu[s], s), reverse=True)[:best]
+  gone = [s for s in top if s not in steps]
+  if gone:
+    kept = top.index(gone[0])
+    fewer = f'--best={kept}, ' if kept else ''
+    raise errors.UserError(
+        f"--best={best}: the run's {best} best validations were at steps"
+        f' {sorted(top)}, and {gone} have no kept checkpoint (a run keeps its'
+        ' newest train.keep_checkpoints and its best); average'
+        f' {fewer}--last=N, or train with a higher'
+        ' --config.train.keep_checkpoints'
+    )
 
 
 def mean_tree(trees: Sequence[Any]):

@@ -86,6 +86,10 @@ def _acquire(path: str, workdir: str):
       'pid': os.getpid(),
       'since': time.strftime('%Y-%m-%d %H:%M:%S'),
       'command': ' '.join(sys.argv),
+      # Which process that pid is: pids are reused (a restarted container
+      # runs its command as pid 1 again, a rebooted host counts anew).
+      'boot_id': _boot_id(),
+      'started': _start_ticks(os.getpid()),
   }
   for _ in range(3):
     try:
@@ -164,13 +168,41 @@ def _stale(holder: Dict[str, Any], path: str) -> bool:
     return age > 5
   if holder.get('host') == socket.gethostname():
     try:
-      os.kill(int(holder['pid']), 0)
+      pid = int(holder['pid'])
+    except (KeyError, ValueError, TypeError):
+      return False
+    try:
+      os.kill(pid, 0)
     except ProcessLookupError:
       return True
-    except (PermissionError, KeyError, ValueError, TypeError):
+    except PermissionError:  # alive, another user's
       pass
-    return False
+    if pid == os.getpid():  # not held by this process (_held): pid reused
+      return True
+    if holder.get('boot_id') and holder['boot_id'] != _boot_id():
+      return True
+    started = holder.get('started')
+    return started is not None and started != _start_ticks(pid)
   return age > STALE_SECONDS
+
+
+def _boot_id():
+  """This boot of the (Linux) kernel, or None."""
+  try:
+    with open('/proc/sys/kernel/random/boot_id', encoding='ascii') as f:
+      return f.read().strip()
+  except OSError:
+    return None
+
+
+def _start_ticks(pid: int):
+  """When process `pid` started, in clock ticks since boot (Linux), or None."""
+  try:
+    with open(f'/proc/{pid}/stat', encoding='ascii', errors='replace') as f:
+      # Field 22; the command (field 2, in parentheses) may hold spaces.
+      return int(f.read().rsplit(')', 1)[1].split()[19])
+  except (OSError, IndexError, ValueError):
+    return None
 
 
 def _heartbeat(path: str, stop: threading.Event):

@@ -221,6 +221,12 @@ def test_flexible_kept_interval_is_the_closed_form():
             np.clip(np.round(float(previous[b])), 0, int(lengths[b]) - 1)
         )
         assert int(first[b]) == int(last[b]) == nearest
+  # tau = 0 keeps only the nearest position, also where g underflowed to 0.
+  first, last = kept_interval(
+      jnp.array([0.0, 0.5]), jnp.array([3.4, 3.6]), jnp.array([9, 9]), 0.0
+  )
+  np.testing.assert_array_equal(first, [3, 4])
+  np.testing.assert_array_equal(last, [3, 4])
 
 
 def test_flexible_training_ignores_tau():

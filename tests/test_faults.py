@@ -254,6 +254,23 @@ def test_stale_lock_of_a_dead_process_is_taken_over(trained, tmp_path):
   assert not os.path.exists(os.path.join(workdir, locks.LOCK_FILE))
 
 
+def test_a_lock_whose_pid_now_names_another_process_is_stale(tmp_path):
+  """A restarted container runs its command as the same pid again, and a
+  pid is reused: alive is not enough, it must be the process that locked."""
+  path = str(tmp_path / locks.LOCK_FILE)
+  open(path, 'w').close()
+  host = socket.gethostname()
+  parent = os.getppid()  # alive, and not this process
+  started = locks._start_ticks(parent)
+  assert started is not None
+  holder = {'host': host, 'pid': parent, 'boot_id': locks._boot_id()}
+  assert not locks._stale(dict(holder, started=started), path)
+  assert not locks._stale(holder, path)  # a lock written before 'started'
+  assert locks._stale(dict(holder, started=started + 1), path)
+  assert locks._stale(dict(holder, started=started, boot_id='other'), path)
+  assert locks._stale({'host': host, 'pid': os.getpid()}, path)
+
+
 def test_a_stale_lock_taken_over_by_another_run_meanwhile_is_left_to_it(
     tmp_path, monkeypatch
 ):
@@ -262,7 +279,8 @@ def test_a_stale_lock_taken_over_by_another_run_meanwhile_is_left_to_it(
   # not delete the first's lock (both would then write the workdir).
   path = tmp_path / locks.LOCK_FILE
   path.write_text(json.dumps({'host': socket.gethostname(), 'pid': 2**22 + 7}))
-  live = {'host': socket.gethostname(), 'pid': os.getpid(), 'since': 'now'}
+  # The first run: alive, another process than this one.
+  live = {'host': socket.gethostname(), 'pid': os.getppid(), 'since': 'now'}
   stale = locks._stale
   calls = []
 

@@ -557,6 +557,29 @@ def test_averaging_the_best_n_takes_only_validated_checkpoints(monkeypatch):
     average.choose_steps(Kept, best=3)
 
 
+def test_averaging_the_best_n_refuses_when_a_better_one_is_gone(
+    tmp_path, monkeypatch
+):
+  # Validations at steps 2, 4, 6 (BLEU 15, 12, 20); step 4 was rotated away
+  # and step 8 (BLEU 1) kept as one of the newest: 2 and 8 are not the best 2.
+  with open(tmp_path / 'metrics.jsonl', 'w') as f:
+    for step, value in ((2, 15.0), (4, 12.0), (6, 20.0), (8, 1.0)):
+      f.write(json.dumps({'step': step, 'split': 'valid', 'bleu': value}))
+      f.write('\n')
+
+  class Kept:
+    directory = str(tmp_path / 'checkpoints')
+    manager = type(
+        'Manager', (), {'all_steps': staticmethod(lambda: [2, 6, 8])}
+    )
+
+  bleu = {2: 15.0, 6: 20.0, 8: 1.0}
+  monkeypatch.setattr(average, '_bleu', lambda ckpts, step: bleu[step])
+  assert average.choose_steps(Kept, best=2) == [2, 6]
+  with pytest.raises(errors.UserError, match=r'\[4\] have no kept.*--best=2,'):
+    average.choose_steps(Kept, best=3)
+
+
 def test_alignments_of_an_ensemble_without_attention_are_one_line(tmp_path):
   workdir = str(tmp_path / 'none')
   nmt(

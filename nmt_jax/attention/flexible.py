@@ -102,7 +102,10 @@ class FlexibleAttention(content.ContentAttention):
 
   def kept_interval(self, g, previous, lengths, tau):
     """First and last kept position [B] each (closed form), for finite tau."""
-    radius = self.config.sigma * jnp.sqrt(2.0 * tau / g)
+    # g underflowing to 0 with tau = 0 would be 0 / 0.
+    radius = self.config.sigma * jnp.sqrt(
+        2.0 * tau / jnp.maximum(g, jnp.finfo(g.dtype).tiny)
+    )
     first = jnp.maximum(jnp.floor(previous - radius) + 1, 0).astype(jnp.int32)
     last = jnp.minimum(jnp.ceil(previous + radius) - 1, lengths - 1)
     last = last.astype(jnp.int32)
