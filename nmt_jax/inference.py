@@ -79,6 +79,16 @@ def evaluate(
   eval_nbest.txt / eval_alignments.txt too.
   """
   config = validation.resolve(config)
+  if (
+      len(paths) == 1
+      and output
+      and (os.path.abspath(output) != os.path.abspath(paths[0]))
+  ):
+    # It wrote there, and read the workdir without its lock.
+    raise ConfigError(
+        f"--output={output}: one workdir's evaluation goes into that workdir;"
+        " drop --output (it is the folder of an ensemble's results)"
+    )
   if len(paths) > 1 and not output:
     raise ConfigError(
         'an ensemble evaluation writes its results into a folder of its own;'

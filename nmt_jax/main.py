@@ -16,7 +16,6 @@ The logic lives in importable modules (train.py, evaluation.py); this file
 parses flags.
 """
 
-import importlib.util
 import logging as std_logging
 import os
 import signal
@@ -27,9 +26,9 @@ from absl import app
 from absl import flags
 from absl import logging
 import jax
-import ml_collections
 from ml_collections import config_flags
 
+from nmt_jax import cli_flags
 from nmt_jax import compile_cache
 from nmt_jax import compiler_options
 from nmt_jax import errors
@@ -151,6 +150,8 @@ def maybe_initialize_distributed():
 
 def run(config, workdir: str, mode: str):
   paths = [p for p in workdir.split(',') if p]
+  if not paths:
+    _fail(f'--workdir={workdir!r} names no folder; give --workdir=DIR')
   if mode in ('train', 'prepare') and len(paths) != 1:
     _fail(
         f'--mode={mode} takes one --workdir (several, comma-separated, make an'
@@ -257,77 +258,7 @@ def _check_output(path: str):
     )
 
 
-def _fail(message: str):
-  print(f'error: {message}', file=sys.stderr)
-  sys.exit(2)
-
-
-def _check_config_file(path: str, arg):
-  """One error line for a config file that does not load or give a config."""
-  try:
-    spec = importlib.util.spec_from_file_location('nmt_jax_config_check', path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-  except errors.UserError as e:
-    _fail(f'config file {path}: {e}')
-  except SyntaxError as e:
-    _fail(f'config file {path} line {e.lineno}: syntax error ({e.msg})')
-  except Exception as e:  # pylint: disable=broad-except
-    _fail(f'config file {path} fails to load: {type(e).__name__}: {e}')
-  get_config = getattr(module, 'get_config', None)
-  if not callable(get_config):
-    _fail(
-        f'config file {path} has no get_config(); define get_config(arg=None)'
-        ' returning an ml_collections.ConfigDict (see configs/)'
-    )
-  try:
-    config = get_config(arg) if arg is not None else get_config()
-  except (errors.UserError, ValueError) as e:  # e.g. an unknown preset
-    _fail(f'config file {path}: {e}')
-  except Exception as e:  # pylint: disable=broad-except
-    _fail(f'config file {path}: get_config failed: {type(e).__name__}: {e}')
-  if not isinstance(config, ml_collections.ConfigDict):
-    _fail(
-        f'config file {path}: get_config() returned a'
-        f' {type(config).__name__}, not an ml_collections.ConfigDict; start'
-        ' from nmt_jax.default_config.get_config()'
-    )
-
-
-def parse_flags(argv):
-  """Parses absl flags; config mistakes are one error line, not a traceback."""
-  for arg in argv[1:]:
-    if arg.startswith('--config='):
-      path, _, config_arg = arg[len('--config=') :].partition(':')
-      if not os.path.isfile(path):
-        _fail(
-            f'config file {path} does not exist (run from the repository root,'
-            ' or give the path of a config file, e.g.'
-            ' --config=configs/global_general.py)'
-        )
-      _check_config_file(path, config_arg or None)
-  try:
-    return flags.FLAGS(argv)
-  except (KeyError, AttributeError) as e:  # --config.<unknown field>=...
-    detail = ' '.join(
-        str(e).strip('"\'').replace('\\n', ' ').replace("\\'", "'").split()
-    )
-    _fail(
-        f'unknown config field in a --config override: {detail} (every field is'
-        ' listed in nmt_jax/default_config.py and, for model.attention, in the'
-        ' kinds of nmt_jax/attention/)'
-    )
-  except OSError as e:  # config file missing or failing to import
-    _fail(
-        ' '.join(str(e).split())
-        + ' (run from the repository root, or give the path of a config file)'
-    )
-  except (flags.Error, ValueError, TypeError) as e:
-    lines = str(e).strip().splitlines()
-    # A failing get_config() arrives as a traceback in the message: its last
-    # line says why.
-    message = lines[-1] if 'Traceback' in str(e) else ' '.join(str(e).split())
-    _fail(message + ' (see --helpfull)')
+_fail = cli_flags.fail
 
 
 def main(argv):
@@ -371,4 +302,4 @@ def main(argv):
 
 
 if __name__ == '__main__':
-  app.run(main, flags_parser=parse_flags)
+  app.run(main, flags_parser=cli_flags.parse_flags)

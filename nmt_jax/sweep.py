@@ -27,6 +27,8 @@ Runs whose workdir already has eval_results.json are skipped, so re-running a
 sweep resumes it (an interrupted run resumes from its last checkpoint).
 """
 
+import os
+import signal
 import sys
 from typing import Dict
 
@@ -35,6 +37,7 @@ from absl import flags
 from absl import logging
 from ml_collections import config_flags
 
+from nmt_jax import cli_flags
 from nmt_jax import compile_cache
 from nmt_jax import errors
 from nmt_jax.tools import runs as runs_lib
@@ -133,6 +136,8 @@ def main(argv):
         f'give one command: {" | ".join(COMMANDS)} (see the module docstring)'
     )
   command = argv[1]
+  # As main: a shell script's `&` job starts with SIGINT ignored.
+  signal.signal(signal.SIGINT, signal.default_int_handler)
   compile_cache.configure()  # tau sweeps decode in this process
   try:
     if command == 'run':
@@ -193,7 +198,20 @@ def main(argv):
             'aggregate found no workdirs: give --workdirs=A,B or --root=DIR '
             'holding workdirs (directories with config.json)'
         )
-      rows = runs_lib.results_table(workdirs, root=_ROOT.value)
+      for flag, path in (('csv', _CSV.value), ('markdown', _MARKDOWN.value)):
+        try:  # before reading the runs, not after
+          if path:
+            os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+            open(path, 'a', encoding='utf-8').close()
+        except OSError as e:
+          raise errors.UserError(
+              f'--{flag}={path} cannot be written ({e.strerror}); give a'
+              ' writable file path'
+          ) from None
+      try:
+        rows = runs_lib.results_table(workdirs, root=_ROOT.value)
+      except FileNotFoundError as e:  # a --workdirs entry that is none
+        raise errors.UserError(str(e)) from None
       if _CSV.value:
         runs_lib.write_csv(rows, _CSV.value)
       table = runs_lib.markdown_table(rows)
@@ -228,7 +246,13 @@ def main(argv):
   except errors.UserError as e:
     print(f'error: {e}', file=sys.stderr)
     sys.exit(2)
+  except sweep.SweepInterrupted as e:
+    print(f'error: stopped by {e}', file=sys.stderr)
+    sys.exit(e.status)
+  except KeyboardInterrupt:
+    print('error: interrupted; run the same command again', file=sys.stderr)
+    sys.exit(130)
 
 
 if __name__ == '__main__':
-  app.run(main)
+  app.run(main, flags_parser=cli_flags.parse_flags)

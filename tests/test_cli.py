@@ -243,6 +243,29 @@ def test_config_errors_are_one_line_and_touch_nothing(
   assert snapshot(trained) == before
 
 
+def test_eval_output_and_empty_workdir_mistakes(trained, tmp_path):
+  # --output of one workdir's eval replaced that folder's results (another
+  # run's, say); an empty --workdir (an unset $WORKDIR) was an IndexError.
+  before = snapshot(trained)
+  other = tmp_path / 'other'
+  _expect_error(
+      nmt(
+          f'--config={CONFIG}',
+          f'--workdir={trained}',
+          '--mode=eval',
+          f'--output={other}',
+          check=False,
+      ),
+      'drop --output',
+  )
+  assert not other.exists() and snapshot(trained) == before
+  for mode in ('eval', 'translate'):
+    _expect_error(
+        nmt(f'--config={CONFIG}', '--workdir=', f'--mode={mode}', check=False),
+        "--workdir='' names no folder",
+    )
+
+
 def test_unwritable_workdir(tmp_path):
   blocker = tmp_path / 'a_file'
   blocker.write_text('not a directory')

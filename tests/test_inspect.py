@@ -3,6 +3,9 @@
 import csv
 import json
 import os
+import signal
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -13,6 +16,7 @@ from nmt_jax.tools import attention_maps
 from nmt_jax.tools import plots
 from nmt_jax.tools import runs as runs_lib
 from tests import conftest
+from tests.test_cli import wait_until
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 pytestmark = pytest.mark.slow
@@ -182,6 +186,42 @@ def test_grid_dry_run_and_shards(tmp_path):
             ['tau', '--config=configs/memory_k64.py:tiny', '--workdir=/tmp/x'],
             'flexible attention',
         ),
+        (
+            [
+                'run',
+                '--config=configs/memory_k64.py:nopreset',
+                '--grid=seed=0,1',
+                '--root=/tmp/x',
+                '--dry_run',
+            ],
+            "unknown config preset 'nopreset'",
+        ),
+        (
+            [
+                'run',
+                '--config=configs/memory_k64.py:tiny',
+                '--config.model.hiden=3',
+                '--grid=seed=0,1',
+                '--root=/tmp/x',
+                '--dry_run',
+            ],
+            'unknown config field in a --config override: hiden',
+        ),
+        (
+            [
+                'run',
+                '--config=configs/nonexistent.py',
+                '--grid=seed=0,1',
+                '--root=/tmp/x',
+                '--dry_run',
+            ],
+            'configs/nonexistent.py does not exist',
+        ),
+        (
+            ['aggregate', '--workdirs=tests', '--markdown=/proc/no/r.md'],
+            '--markdown=/proc/no/r.md cannot be written',
+        ),
+        (['aggregate', '--workdirs=tests'], 'tests is not a workdir'),
     ],
 )
 def test_sweep_errors_are_one_line(args, fragment):
@@ -493,3 +533,55 @@ def test_window_positions_of_a_reversed_source_are_put_in_reading_order():
   np.testing.assert_array_equal(ordered['first'], [3, 1, 0])
   np.testing.assert_array_equal(ordered['last'], [4, 3, 5])
   np.testing.assert_allclose(ordered['center'], [3.5, 2.0, 5.0])
+
+
+@pytest.mark.parametrize('signum', [signal.SIGTERM, signal.SIGINT])
+def test_a_signal_to_the_sweep_stops_its_run_with_a_checkpoint(
+    tmp_path, signum
+):
+  """SIGTERM killed the sweep and left its run training (holding the
+  workdir); SIGINT stopped only the run and the sweep went on."""
+  root = tmp_path / 'runs'
+  process = subprocess.Popen(
+      [
+          sys.executable,
+          '-m',
+          'nmt_jax.sweep',
+          'run',
+          '--config=configs/global_general.py:tiny',
+          '--grid=seed=0,1',
+          f'--root={root}',
+          '--config.train.num_steps=100000',
+          '--config.train.checkpoint_every=100000',
+          '--config.train.log_every=1',
+      ],
+      cwd=ROOT,
+      env=conftest.subprocess_env(),
+      stderr=subprocess.PIPE,
+      text=True,
+  )
+  try:
+    metrics = root / 'seed=0' / 'metrics.jsonl'
+    wait_until(
+        lambda: metrics.exists() and metrics.stat().st_size > 300, [process]
+    )
+    process.send_signal(signum)
+    _, err = process.communicate(timeout=120)
+  finally:
+    if process.poll() is None:
+      process.kill()
+  assert process.returncode == 128 + signum, err[-2000:]
+  name = signal.Signals(signum).name
+  last = err.strip().splitlines()[-1]
+  assert last.startswith(f'error: stopped by {name} during seed=0'), last
+  log = (root / 'logs' / 'seed=0.log').read_text()
+  stop = (
+      'stopped by SIGTERM after step'
+      if signum == signal.SIGTERM
+      else ('interrupted; run the same command again')
+  )
+  assert stop in log.strip().splitlines()[-1], log[-2000:]
+  assert not (root / 'seed=0' / 'lock').exists()  # the run has ended
+  assert not (root / 'seed=1').exists()  # and the sweep did not go on
+  if signum == signal.SIGTERM:
+    assert os.listdir(root / 'seed=0' / 'checkpoints')

@@ -5,6 +5,7 @@ The command line is nmt_jax/sweep.py:
   python -m nmt_jax.sweep run|aggregate|tau
 """
 
+import contextlib
 import dataclasses
 import fnmatch
 import importlib.util
@@ -12,6 +13,7 @@ import itertools
 import math
 import os
 import shlex
+import signal
 import subprocess
 import sys
 import time
@@ -166,6 +168,43 @@ def parse_shard(text: str):
   return index, count
 
 
+class SweepInterrupted(Exception):
+  """SIGINT or SIGTERM stopped the sweep and the run it was running."""
+
+  def __init__(self, message: str, status: int):
+    super().__init__(message)
+    self.status = status
+
+
+def _run_passing_signals(command: List[str], log):
+  """(exit status, the signal that stopped it or 0) of a run.
+
+  The run has a session of its own and gets the SIGINT or SIGTERM sent to the
+  sweep, once (a terminal's Ctrl-C reaches the sweep only): it saves a
+  checkpoint and stops, and the sweep stops after it. Without this a SIGTERM
+  (docker stop, a cluster's preemption) killed the sweep and left the run
+  training on, holding its workdir.
+  """
+  process = subprocess.Popen(
+      command, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+  )
+  received = []
+
+  def pass_on(signum, frame):
+    del frame
+    received.append(signum)
+    with contextlib.suppress(ProcessLookupError):
+      process.send_signal(signum)
+
+  kept = {s: signal.signal(s, pass_on) for s in (signal.SIGINT, signal.SIGTERM)}
+  try:
+    code = process.wait()
+  finally:
+    for number, handler in kept.items():
+      signal.signal(number, handler)
+  return code, (received[0] if received else 0)
+
+
 def run_sweep(
     runs: Sequence[Run], root: str, dry_run: bool = False, mode: str = 'train'
 ) -> List[str]:
@@ -211,7 +250,13 @@ def run_sweep(
     )
     start = time.time()
     with open(log_path, 'a', encoding='utf-8') as log:
-      code = subprocess.call(command, stdout=log, stderr=subprocess.STDOUT)
+      code, stopped_by = _run_passing_signals(command, log)
+    if stopped_by:
+      raise SweepInterrupted(
+          f'{signal.Signals(stopped_by).name} during {run.name} (exit'
+          f' {code}; its log {log_path}); run the same command again to go on',
+          128 + stopped_by,
+      )
     if code:
       failed.append(run.name)
       logging.error(

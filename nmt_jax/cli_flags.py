@@ -1,0 +1,89 @@
+"""Flag parsing of the command-line tools: config mistakes in one error line.
+
+`parse_flags` is absl's flags_parser for `app.run` in nmt_jax.main and
+nmt_jax.sweep: a missing or failing config file, an unknown preset or an
+unknown --config.<field> ends the process with status 2 and one line
+`error: ...`, instead of absl's usage dump or a traceback.
+"""
+
+import importlib.util
+import os
+import sys
+
+from absl import flags
+import ml_collections
+
+from nmt_jax import errors
+
+
+def fail(message: str):
+  print(f'error: {message}', file=sys.stderr)
+  sys.exit(2)
+
+
+def check_config_file(path: str, arg):
+  """One error line for a config file that does not load or give a config."""
+  try:
+    spec = importlib.util.spec_from_file_location('nmt_jax_config_check', path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+  except errors.UserError as e:
+    fail(f'config file {path}: {e}')
+  except SyntaxError as e:
+    fail(f'config file {path} line {e.lineno}: syntax error ({e.msg})')
+  except Exception as e:  # pylint: disable=broad-except
+    fail(f'config file {path} fails to load: {type(e).__name__}: {e}')
+  get_config = getattr(module, 'get_config', None)
+  if not callable(get_config):
+    fail(
+        f'config file {path} has no get_config(); define get_config(arg=None)'
+        ' returning an ml_collections.ConfigDict (see configs/)'
+    )
+  try:
+    config = get_config(arg) if arg is not None else get_config()
+  except (errors.UserError, ValueError) as e:  # e.g. an unknown preset
+    fail(f'config file {path}: {e}')
+  except Exception as e:  # pylint: disable=broad-except
+    fail(f'config file {path}: get_config failed: {type(e).__name__}: {e}')
+  if not isinstance(config, ml_collections.ConfigDict):
+    fail(
+        f'config file {path}: get_config() returned a'
+        f' {type(config).__name__}, not an ml_collections.ConfigDict; start'
+        ' from nmt_jax.default_config.get_config()'
+    )
+
+
+def parse_flags(argv):
+  """Parses absl flags; config mistakes are one error line, not a traceback."""
+  for arg in argv[1:]:
+    if arg.startswith('--config='):
+      path, _, config_arg = arg[len('--config=') :].partition(':')
+      if not os.path.isfile(path):
+        fail(
+            f'config file {path} does not exist (run from the repository root,'
+            ' or give the path of a config file, e.g.'
+            ' --config=configs/global_general.py)'
+        )
+      check_config_file(path, config_arg or None)
+  try:
+    return flags.FLAGS(argv)
+  except (KeyError, AttributeError) as e:  # --config.<unknown field>=...
+    detail = ' '.join(
+        str(e).strip('"\'').replace('\\n', ' ').replace("\\'", "'").split()
+    )
+    fail(
+        f'unknown config field in a --config override: {detail} (every field is'
+        ' listed in nmt_jax/default_config.py and, for model.attention, in the'
+        ' kinds of nmt_jax/attention/)'
+    )
+  except OSError as e:  # config file missing or failing to import
+    fail(
+        ' '.join(str(e).split())
+        + ' (run from the repository root, or give the path of a config file)'
+    )
+  except (flags.Error, ValueError, TypeError) as e:
+    lines = str(e).strip().splitlines()
+    # A failing get_config() arrives as a traceback in the message: its last
+    # line says why.
+    message = lines[-1] if 'Traceback' in str(e) else ' '.join(str(e).split())
+    fail(message + ' (see --helpfull)')
