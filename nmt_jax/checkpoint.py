@@ -275,11 +275,18 @@ class Checkpoints:
     wanted = _leaf_shapes(abstract_state)
     for name in sorted(set(stored) | set(wanted)):
       if stored.get(name) != wanted.get(name):
+        # The model fields are checked before (workdirs.check_identity).
+        which = (
+            ' (the optimizer state: train.optimizer, train.clip_norm and'
+            ' train.plateau_decay must be as the run was started with)'
+            if name.startswith('opt_state')
+            else ''
+        )
         raise CheckpointError(
             f'checkpoint {self.directory}/{step} does not match {what}: {name}'
             f' has shape {stored.get(name, "(absent)")} there but'
-            f' {wanted.get(name, "(absent)")} here; use the config the workdir'
-            ' was trained with (its config.json) or a new --workdir'
+            f' {wanted.get(name, "(absent)")} here{which}; use the config the'
+            ' workdir was trained with (its config.json) or a new --workdir'
         )
 
   def restore(

@@ -288,6 +288,14 @@ def test_checkpoint_of_another_config_is_refused(trained, tmp_path):
   _expect_error(
       result, 'holds another model', 'model.hidden_size: 16 there, 32 here'
   )
+  # Not a model field, but another optimizer state: named as such.
+  result = nmt(
+      f'--config={CONFIG}',
+      f'--workdir={workdir}',
+      '--config.train.plateau_decay=0.5',
+      check=False,
+  )
+  _expect_error(result, 'opt_state/', 'train.plateau_decay must be as')
   assert snapshot(workdir) == before
 
 
