@@ -145,12 +145,18 @@ PRESETS = {
 
 
 def apply_presets(config, arg):
-  """Applies the comma-separated presets of `arg` in order."""
+  """Applies the comma-separated presets of `arg` in order.
+
+  Two that choose the data (data.name) are refused: the later one would
+  silently undo the earlier ('chunk,copy50' is the copy task).
+  """
+  chosen_by = None  # the preset that set data.name
   for name in (arg or '').split(','):
     name = name.strip()
     numbered = re.fullmatch(r'([a-z_]+?)(\d+)', name)
     if not name:
       continue
+    before = config.data.name
     if name in PRESETS:
       PRESETS[name](config)
     elif numbered and f'{numbered.group(1)}N' in PRESETS:
@@ -160,3 +166,12 @@ def apply_presets(config, arg):
           f'unknown config preset {name!r}: use one of {", ".join(PRESETS)} '
           '(e.g. --config=configs/global_general.py:copy100)'
       )
+    if config.data.name != before:
+      if chosen_by:
+        raise ValueError(
+            f'config presets {chosen_by!r} and {name!r} both choose the data'
+            f' (data.name {before!r}, then {config.data.name!r}); keep one,'
+            f' or give {name!r} first (e.g. copy50,chunk: the chunk task at'
+            ' L = 50)'
+        )
+      chosen_by = name

@@ -108,6 +108,14 @@ def test_unknown_preset():
     default_config.get_config('copyx')
 
 
+def test_presets_that_both_choose_the_data_are_refused():
+  config = default_config.get_config('copy50,chunk')
+  assert (config.data.name, config.data.max_length) == ('chunk_reverse', 50)
+  for arg in ('chunk,copy50', 'chunk,wmt17_de_en'):
+    with pytest.raises(ValueError, match="both choose the data"):
+      default_config.get_config(arg)
+
+
 def test_a_few_steps_reduce_the_loss():
   config = helpers.tiny_config('global', 'general')
   config.train.learning_rate = 1e-2
