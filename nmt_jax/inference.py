@@ -187,17 +187,6 @@ def _numbered(lines: Sequence[str]) -> List[Tuple[int, str]]:
   return [(number, line) for number, line in numbered if line]
 
 
-def _check_lengths(task, numbers, encoded, side: str):
-  """Each encoded line fits data.max_length; errors name its line number."""
-  for number, ids in zip(numbers, encoded):
-    if len(ids) > task.max_length:
-      raise ConfigError(
-          f'input line {number} has {len(ids) - 1} {side} tokens, more than'
-          f" the model's data.max_length={task.max_length - 1}; split the"
-          ' sentence'
-      )
-
-
 def translate(config, paths: Sequence[str], lines) -> List[str]:
   """Translates source `lines` -> output lines.
 
@@ -219,7 +208,6 @@ def translate(config, paths: Sequence[str], lines) -> List[str]:
       line_numbers=[number for number, _ in numbered],
       reverse=config.data.reverse_source,
   )
-  _check_lengths(task, [n for n, _ in numbered], split.source, 'source')
   evaluator = evaluation.Evaluator(config, scorer, task, mesh)
   _, rows = _decode(config, evaluator, params, split)
   if config.decode.nbest:
@@ -259,8 +247,6 @@ def score(config, paths: Sequence[str], pairs) -> List[str]:
       np.asarray(task.target_vocab.encode(t, line=number), np.int32)
       for number, _, t in pairs
   ]
-  _check_lengths(task, numbers, sources.source, 'source')
-  _check_lengths(task, numbers, targets, 'target')
   split = dataset.Split(
       sources.source, targets, sources.source_text, [t for _, _, t in pairs]
   )

@@ -542,6 +542,24 @@ def test_translate_keeps_line_numbers_and_blank_lines(trained, tmp_path):
       input_text='a b\n\nc d\n',
   )
   assert len(out.stdout.split('\n')) == 4 and out.stdout.split('\n')[1] == ''
+  # Longer than data.max_length (8): decoded in a bucket of its own, as eval
+  # does with long test lines (translate and score refused them).
+  long_line = ' '.join(['a', 'b', 'c'] * 4)
+  out = nmt(
+      f'--config={CONFIG}',
+      f'--workdir={trained}',
+      '--mode=translate',
+      input_text=f'a b\n{long_line}\n',
+  )
+  assert len(out.stdout.splitlines()) == 2
+  out = nmt(
+      f'--config={CONFIG}',
+      f'--workdir={trained}',
+      '--mode=score',
+      input_text=f'a b\ta b\n{long_line}\t{long_line}\n',
+  )
+  # The sum, the mean and one log-probability per token: 12 and EOS.
+  assert [len(line.split()) for line in out.stdout.splitlines()][1] == 2 + 13
   result = nmt(
       f'--config={CONFIG}',
       f'--workdir={trained}',
