@@ -445,6 +445,13 @@ def _reading():
     raise
   except Exception as e:  # whatever Orbax, TensorStore or JSON raise
     failed = True
+    if isinstance(e, MemoryError) or 'RESOURCE_EXHAUSTED' in str(e):
+      # Not the checkpoint's fault: it must not be set aside.
+      raise CheckpointError(
+          f'out of memory while restoring a checkpoint ({_one_line(e)});'
+          ' free memory (other processes on the device) and run the same'
+          ' command again'
+      ) from None
     raise DamagedCheckpoint(_one_line(e)) from e
   finally:
     if failed:

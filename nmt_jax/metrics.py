@@ -60,22 +60,25 @@ def bleu_metric(language: str) -> BLEU:
   """sacreBLEU's BLEU for target `language`.
 
   Japanese and Korean need MeCab (`pip install 'sacrebleu[ja]'` or
-  `'sacrebleu[ko]'`); without it, characters (tok:char in the signature) and
-  a warning, rather than a 13a BLEU near 0 on unsegmented text.
+  `'sacrebleu[ko]'`); without it a warning and, for unsegmented Japanese,
+  characters (tok:char in the signature) rather than a 13a BLEU near 0 on
+  unsegmented text; Korean separates its words by spaces: 13a.
   """
   try:
     return BLEU(trg_lang=language)
   except RuntimeError as e:  # sacrebleu: the language's extra is missing
-    _warn_once(language, str(e).strip().splitlines()[-1].strip())
-    return BLEU(tokenize='char')
+    fallback = '13a' if language == 'ko' else 'char'
+    _warn_once(language, fallback, str(e).strip().splitlines()[-1].strip())
+    return BLEU(tokenize=fallback)
 
 
 @functools.lru_cache(maxsize=None)
-def _warn_once(language: str, install: str):
+def _warn_once(language: str, fallback: str, install: str):
   logging.warning(
-      'BLEU for %s scores characters (tok:char): its word tokenizer needs'
-      ' MeCab; for the standard figure run `%s`',
+      'BLEU for %s uses tok:%s: its word tokenizer needs MeCab; for the'
+      ' standard figure run `%s`',
       language,
+      fallback,
       install,
   )
 

@@ -751,3 +751,12 @@ def test_sigterm_interrupts_a_multi_process_run_once_its_loop_has_ended(
       time.sleep(1)  # the handler runs between bytecodes
   finally:
     signal.signal(signal.SIGTERM, before)
+
+
+def test_out_of_memory_while_restoring_does_not_set_a_checkpoint_aside():
+  with pytest.raises(errors.CheckpointError, match='out of memory while'):
+    with checkpoint._reading():
+      raise RuntimeError('RESOURCE_EXHAUSTED: Out of memory allocating 4 GiB')
+  with pytest.raises(checkpoint.DamagedCheckpoint, match='bad bytes'):
+    with checkpoint._reading():
+      raise ValueError('bad bytes')

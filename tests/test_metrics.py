@@ -85,3 +85,8 @@ def test_chinese_and_japanese_are_scored_on_words_not_lines():
   japanese = metrics.translation_metrics(hyps, refs, language='ja')
   assert japanese['bleu'] > 50 and japanese['ribes'] > 0.8
   assert re.search(r'tok:(ja-mecab|char)', japanese['bleu_signature'])
+  # Korean separates words by spaces: without MeCab, 13a, not characters.
+  korean = metrics.translation_metrics(
+      ['나는 학교에 갔다'], ['나는 학교에 갔다'], language='ko'
+  )
+  assert re.search(r'tok:(ko-mecab|13a)', korean['bleu_signature'])

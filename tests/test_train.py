@@ -112,7 +112,7 @@ def test_presets_that_both_choose_the_data_are_refused():
   config = default_config.get_config('copy50,chunk')
   assert (config.data.name, config.data.max_length) == ('chunk_reverse', 50)
   for arg in ('chunk,copy50', 'chunk,wmt17_de_en'):
-    with pytest.raises(ValueError, match="both choose the data"):
+    with pytest.raises(ValueError, match='both choose the data'):
       default_config.get_config(arg)
 
 
