@@ -171,6 +171,7 @@ def main(argv):
         runs = sweep.select_runs(runs, _ONLY.value)
       index, count = sweep.parse_shard(_SHARD.value)
       runs = runs[index::count]
+      sweep.check_overrides(runs)
       failed = sweep.run_sweep(runs, _ROOT.value, _DRY_RUN.value, _MODE.value)
       if failed:
         print(

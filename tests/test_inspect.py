@@ -222,6 +222,26 @@ def test_grid_dry_run_and_shards(tmp_path):
             '--markdown=/proc/no/r.md cannot be written',
         ),
         (['aggregate', '--workdirs=tests'], 'tests is not a workdir'),
+        (
+            [
+                'run',
+                '--config=configs/memory_k64.py:tiny',
+                '--grid=model.attention.num_memroy=2,4',
+                '--root=/tmp/x',
+                '--dry_run',
+            ],
+            'model.attention.num_memroy is not a config field',
+        ),
+        (
+            [
+                'run',
+                '--sweep=configs/sweeps/britz_copy.py:20',
+                '--set=train.num_stesp=5',
+                '--root=/tmp/x',
+                '--dry_run',
+            ],
+            'train.num_stesp is not a config field',
+        ),
     ],
 )
 def test_sweep_errors_are_one_line(args, fragment):

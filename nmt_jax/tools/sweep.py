@@ -77,6 +77,38 @@ def parse_assignment(text: str, flag: str):
   return field, value
 
 
+def check_overrides(runs: Sequence[Run]):
+  """ConfigError naming the first override that is not a config field.
+
+  Checked before any run starts: a typo in --grid, --set or a sweep file
+  would otherwise fail every run, one after the other.
+  """
+  configs = {}
+  for run in runs:
+    if run.config not in configs:
+      path, _, preset = run.config.partition(':')
+      module_spec = importlib.util.spec_from_file_location('nmt_jax_cfg', path)
+      module = importlib.util.module_from_spec(module_spec)
+      try:
+        module_spec.loader.exec_module(module)
+        configs[run.config] = module.get_config(preset or None)
+      except Exception as e:  # pylint: disable=broad-except
+        raise errors.ConfigError(
+            f'run {run.name}: config {run.config} does not load'
+            f' ({type(e).__name__}: {e})'
+        ) from None
+    for field in run.overrides:
+      node = configs[run.config]
+      for part in field.split('.'):
+        if not hasattr(node, 'keys') or part not in node:
+          raise errors.ConfigError(
+              f'run {run.name}: {field} is not a config field (from --grid,'
+              ' --set or the sweep file); every field is listed in'
+              ' nmt_jax/default_config.py'
+          )
+        node = node[part]
+
+
 def grid_runs(
     config: str, grid: Sequence[str], common: Dict[str, object]
 ) -> List[Run]:
