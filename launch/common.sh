@@ -46,3 +46,26 @@ check_config() {
   [[ -f "$REPO_ROOT/$path" || -f "$path" ]] || \
     die "config file $path does not exist (give a path like configs/memory_k64.py)"
 }
+
+from_here() {
+  # A path given on the command line as the job names it: jobs run from the
+  # repository root, so one relative to another directory becomes absolute.
+  if [[ "$1" == /* || "$PWD" -ef "$REPO_ROOT" ]]; then
+    echo "$1"
+  else
+    echo "$PWD/$1"
+  fi
+}
+
+resolve_config() {
+  # check_config, then the config as the job names it: a file found from here
+  # (from_here), else the repository's. Use: CONFIG="$(resolve_config ...)" || exit 2
+  check_config "$1"
+  local path="${1%%:*}" preset=""
+  [[ "$1" == *:* ]] && preset=":${1#*:}"
+  if [[ -f "$path" ]]; then
+    echo "$(from_here "$path")$preset"
+  else
+    echo "$1"
+  fi
+}

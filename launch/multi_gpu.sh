@@ -31,8 +31,9 @@ while [[ $# -gt 0 ]]; do
   shift
 done
 
-check_config "$CONFIG"
+CONFIG="$(resolve_config "$CONFIG")" || exit 2
 [[ -n "$WORKDIR" ]] || die "--workdir is required (e.g. --workdir=runs/memory_k64)"
+WORKDIR="$(from_here "$WORKDIR")"
 [[ "$PROCESSES" == one || "$PROCESSES" == per-gpu ]] || \
   die "--processes=$PROCESSES must be 'one' or 'per-gpu'"
 check_positive_int --port "$PORT"
@@ -59,7 +60,8 @@ for ((i = 0; i < N; i++)); do
   if [[ "$DRY_RUN" == 1 ]]; then
     echo "$(quote "${COMMAND[@]}") > $(quote "$WORKDIR/process$i.log") 2>&1 &"
   else
-    "${COMMAND[@]}" > "$WORKDIR/process$i.log" 2>&1 &
+    # A session of its own: Ctrl-C reaches it once, from the trap below.
+    setsid "${COMMAND[@]}" > "$WORKDIR/process$i.log" 2>&1 &
     PIDS+=($!)
   fi
 done
@@ -67,8 +69,12 @@ if [[ "$DRY_RUN" == 1 ]]; then
   echo "wait"
   exit
 fi
-# Ctrl-C reaches every process (each closes its checkpoints), then the script exits.
+# Ctrl-C (or SIGTERM) reaches every process, each closes its checkpoints, and
+# the script exits once all have: a signal ends `wait` early, so each pid is
+# waited for until it is gone.
 trap 'kill -INT "${PIDS[@]}" 2> /dev/null || true' INT TERM
 STATUS=0
-for pid in "${PIDS[@]}"; do wait "$pid" || STATUS=$?; done
+for pid in "${PIDS[@]}"; do
+  while kill -0 "$pid" 2> /dev/null; do wait "$pid" || STATUS=$?; done
+done
 exit "$STATUS"

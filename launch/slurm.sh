@@ -45,10 +45,12 @@ check_positive_int --nodes "$NODES"
 check_positive_int --gpus-per-node "$GPUS"
 [[ "$PER" == gpu || "$PER" == node ]] || die "--per=$PER must be 'gpu' or 'node'"
 [[ "$TIME" =~ ^([0-9]+-)?[0-9]+(:[0-9]{2}){0,2}$ ]] || die "--time=$TIME is not a SLURM time like 24:00:00"
-check_config "$CONFIG"
+CONFIG="$(resolve_config "$CONFIG")" || exit 2
 [[ -n "$WORKDIR" ]] || die "--workdir is required, on storage every node sees"
+WORKDIR="$(from_here "$WORKDIR")"
 [[ -z "$VENV" || -f "$VENV/bin/activate" || "$DRY_RUN" == 1 ]] || \
   die "--venv=$VENV has no bin/activate; create it with python3 -m venv $VENV && $VENV/bin/pip install -e $REPO_ROOT"
+[[ -z "$VENV" ]] || VENV="$(from_here "$VENV")"
 
 MAIN=(python -m nmt_jax.main --distributed=on --config="$CONFIG" --workdir="$WORKDIR")
 if [[ "$PER" == gpu ]]; then

@@ -45,6 +45,7 @@ while [[ $# -gt 0 ]]; do
     --workdir=*) WORKDIR="${1#*=}" ;;
     --worker=*) WORKER="${1#*=}" ;;
     --dry-run) DRY_RUN=1 ;;
+    -h|--help) usage; exit 0 ;;
     --) shift; EXTRA=("$@"); break ;;
     --name|--zone|--project|--accelerator|--version|--config|--workdir|--worker)
       die "write $1=VALUE (with '=')" ;;
@@ -84,7 +85,16 @@ pip install -e ~/nmt_jax[data] 'jax[tpu]>=0.10.2,<0.11'"
     ;;
   run)
     check_config "$CONFIG"
+    # The workers run the tree `install` shipped (git HEAD) from ~/nmt_jax.
+    CONFIG_FILE="${CONFIG%%:*}"
+    [[ "$CONFIG_FILE" != /* ]] && \
+      git -C "$REPO_ROOT" ls-files --error-unmatch -- "$CONFIG_FILE" > /dev/null 2>&1 || \
+      die "--config=$CONFIG_FILE must be a committed file of this checkout, named from its root (install ships git HEAD); commit it and run install"
+    git -C "$REPO_ROOT" diff --quiet HEAD -- "$CONFIG_FILE" || \
+      die "config file $CONFIG_FILE has uncommitted changes, which install does not ship; commit them and run install"
     [[ -n "$WORKDIR" ]] || die "run needs --workdir on storage every worker sees (e.g. --workdir=/mnt/shared/runs/x)"
+    [[ "$WORKDIR" == /* ]] || \
+      die "--workdir=$WORKDIR must be absolute, on storage every worker sees (e.g. /mnt/shared/runs/x): a relative one lands in ~/nmt_jax, which install replaces"
     COMMAND="$(quote python3 -m nmt_jax.main --distributed=on --config="$CONFIG" \
       --workdir="$WORKDIR" "${EXTRA[@]}")"
     run "${GCLOUD[@]}" ssh "$NAME" "${WHERE[@]}" --worker=all \

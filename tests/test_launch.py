@@ -4,6 +4,7 @@ import itertools
 import os
 import re
 import shlex
+import signal
 import subprocess
 import sys
 import time
@@ -180,6 +181,89 @@ def test_multi_gpu_one_process_per_gpu():
     } <= set(argv)
 
 
+FAKE_PYTHON = """#!/usr/bin/env python3
+# Stands in for `python -m nmt_jax.main` of one process: on SIGINT it closes
+# its checkpoints (2 s, process 1: 1 s), then records how many SIGINTs came.
+import os, signal, sys, time
+out = os.environ['FAKE_OUT']
+i = next(a.split('=')[1] for a in sys.argv if a.startswith('--process_id='))
+count = 0
+def on_int(signum, frame):
+  global count
+  count += 1
+signal.signal(signal.SIGINT, on_int)
+open(f'{out}/started{i}', 'w').close()
+while not count:
+  time.sleep(0.02)
+time.sleep(2.0 - int(i))
+open(f'{out}/closed{i}', 'w').write(str(count))
+sys.exit(130)
+"""
+
+
+def test_multi_gpu_ctrl_c_waits_for_every_process_to_close(tmp_path):
+  """Ctrl-C (SIGINT to the foreground process group) reaches each process
+  once, and the script exits only after all have closed: `wait` returned
+  early on the signal, leaving process 0 saving (and locking the workdir)."""
+  bin_dir = tmp_path / 'bin'
+  bin_dir.mkdir()
+  (bin_dir / 'python').write_text(FAKE_PYTHON)
+  (bin_dir / 'python').chmod(0o755)
+  env = dict(os.environ, PATH=f'{bin_dir}:{os.environ["PATH"]}')
+  env['FAKE_OUT'] = str(tmp_path)
+  script = subprocess.Popen(
+      [
+          'bash',
+          os.path.join(ROOT, 'launch', 'multi_gpu.sh'),
+          '--gpus=0,1',
+          '--processes=per-gpu',
+          f'--config={CONFIG}',
+          f'--workdir={tmp_path / "run"}',
+      ],
+      cwd=ROOT,
+      env=env,
+      start_new_session=True,  # a terminal's foreground process group
+  )
+  try:
+    deadline = time.time() + 30
+    while not all((tmp_path / f'started{i}').exists() for i in (0, 1)):
+      assert time.time() < deadline and script.poll() is None
+      time.sleep(0.02)
+    os.killpg(script.pid, signal.SIGINT)
+    assert script.wait(timeout=30) == 130
+    closed = [(tmp_path / f'closed{i}') for i in (0, 1)]
+    assert all(path.exists() for path in closed)  # when the script returned
+    assert [path.read_text() for path in closed] == ['1', '1']
+  finally:
+    if script.poll() is None:
+      script.kill()
+
+
+def test_relative_paths_are_named_for_the_job_run_from_the_repository(
+    tmp_path,
+):
+  # A config and workdir relative to the caller's directory; the job runs
+  # from the repository root.
+  (tmp_path / 'mine.py').write_text('')
+  result = subprocess.run(
+      [
+          'bash',
+          os.path.join(ROOT, 'launch', 'multi_gpu.sh'),
+          '--gpus=0',
+          '--config=mine.py:tiny',
+          '--workdir=runs/x',
+          '--dry-run',
+      ],
+      cwd=tmp_path,
+      capture_output=True,
+      text=True,
+      check=True,
+  )
+  argv = shlex.split(result.stdout)
+  assert f'--config={tmp_path}/mine.py:tiny' in argv
+  assert f'--workdir={tmp_path}/runs/x' in argv
+
+
 def test_multi_gpu_one_process():
   assert dry_run(
       'multi_gpu.sh', '--gpus=0,1', f'--config={CONFIG}', '--workdir=runs/x'
@@ -267,6 +351,28 @@ def test_multi_gpu_one_process():
             'multi_gpu.sh',
             ['--workdir=w', '--frobnicate'],
             "unknown argument '--frobnicate'",
+        ),
+        (
+            'tpu_pod.sh',
+            [
+                'run',
+                '--name=n',
+                '--zone=z',
+                f'--config={CONFIG}',
+                '--workdir=w',
+            ],
+            '--workdir=w must be absolute',
+        ),
+        (
+            'tpu_pod.sh',
+            [
+                'run',
+                '--name=n',
+                '--zone=z',
+                f'--config={ROOT}/{CONFIG}',
+                '--workdir=/w',
+            ],
+            'must be a committed file of this checkout, named from its root',
         ),
         ('performance.sh', [], 'give the directory for the JSON files'),
         ('performance.sh', ['a', 'b'], "one OUT directory, not 'a' and 'b'"),
