@@ -39,6 +39,14 @@ for arg in "$@"; do
   esac
 done
 [[ -n "$OUT" ]] || error "give the directory for the JSON files: launch/performance.sh OUT"
+# The runs name configs/ and docs/ from the repository root: run from there,
+# with OUT and --output as given from here.
+REPO_ROOT=$(cd "$(dirname "$0")/.." && pwd)
+if ! [[ "$PWD" -ef "$REPO_ROOT" ]]; then
+  [[ "$OUT" == /* ]] || OUT="$PWD/$OUT"
+  [[ "$PAGE" == /* || "$PAGE" == docs/performance.md ]] || PAGE="$PWD/$PAGE"
+  cd "$REPO_ROOT"
+fi
 CORE=${CORE:-0}
 REPEATS=${REPEATS:-3}
 LENGTHS=${LENGTHS:-"50 100"}
@@ -52,6 +60,8 @@ case $PLATFORM in
     PARTS=${PARTS/ all / } STEPS=${STEPS:-100} PAIR_STEPS=${PAIR_STEPS:-$STEPS} ;;
   *) error "PLATFORM=$PLATFORM: use cpu or gpu" ;;
 esac
+[[ -n "${PARTS// /}" ]] || \
+  error "PARTS names nothing to run on a $PLATFORM ('all', the all-cores part, is for a CPU)"
 PEER_VENV=${PEER_VENV:-}
 # tcmalloc for the allocator levers (skipped when not installed).
 TCMALLOC=${TCMALLOC-$(ls /usr/lib/*/libtcmalloc_minimal.so.4 2>/dev/null | head -n 1 || true)}

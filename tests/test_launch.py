@@ -757,3 +757,25 @@ def test_peer_setup_names_a_missing_wheels_folder(tmp_path):
       ' wheels fetched for this machine (launch/README.md)'
   )
   assert not (tmp_path / 'venv').exists()  # nothing made before the check
+
+
+def test_performance_from_another_directory_and_an_empty_gpu_part(tmp_path):
+  script = os.path.join(ROOT, 'launch', 'performance.sh')
+  result = subprocess.run(
+      ['bash', script, 'out', '--dry-run'],
+      cwd=tmp_path,
+      env=dict(os.environ, PARTS='train'),
+      capture_output=True,
+      text=True,
+      check=True,
+  )
+  assert f'--json={tmp_path}/out/train_L50_t1_r1.json' in result.stdout
+  result = subprocess.run(
+      ['bash', script, 'out', '--dry-run'],
+      cwd=tmp_path,
+      env=dict(os.environ, PARTS='all', PLATFORM='gpu'),
+      capture_output=True,
+      text=True,
+  )
+  assert result.returncode == 2
+  assert 'PARTS names nothing to run on a gpu' in result.stderr
