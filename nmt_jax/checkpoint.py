@@ -13,15 +13,10 @@ to `checkpoints/corrupt/<step>`, and the next good one is used.
 """
 
 import contextlib
-import gc
 import json
 import logging as std_logging
 import os
-import sys
-import time
-import traceback
 from typing import Any, Callable, Dict, Optional, Tuple
-import zlib
 
 from absl import logging
 import grain
@@ -30,6 +25,8 @@ from jax.experimental import multihost_utils
 import numpy as np
 import orbax.checkpoint as ocp
 
+from nmt_jax import checkpoint_integrity as integrity
+from nmt_jax.checkpoint_integrity import DamagedCheckpoint
 from nmt_jax.errors import CheckpointError
 
 policies = ocp.checkpoint_managers
@@ -48,81 +45,11 @@ class _NoMetricsFilter(std_logging.Filter):
 std_logging.getLogger('absl').addFilter(_NoMetricsFilter())
 
 
-class _AbandonedReadsFilter(std_logging.Filter):
-  """Drops asyncio's report of the reads a failed restore abandoned.
-
-  The restore's own error (DamagedCheckpoint) is logged in one line.
-  """
-
-  def filter(self, record):
-    if 'exception was never retrieved' not in record.getMessage():
-      return True
-    error = record.exc_info[1] if record.exc_info else None
-    frames = traceback.extract_tb(error.__traceback__) if error else []
-    return not any('/orbax/' in frame.filename for frame in frames)
-
-
-std_logging.getLogger('asyncio').addFilter(_AbandonedReadsFilter())
-
-
-def _path_name(path) -> str:
-  """A key path as a name such as 'opt_state/1/0/count'.
-
-  Works for a live tree (attributes, tuples) and Orbax metadata (dicts) alike.
-  """
-  parts = []
-  for key in path:
-    for attribute in ('key', 'name', 'idx'):
-      if hasattr(key, attribute):
-        parts.append(str(getattr(key, attribute)))
-        break
-  return '/'.join(parts)
-
-
-def _host_value(leaf) -> np.ndarray:
-  """The full value of a (replicated) array, read from this process."""
-  if isinstance(leaf, jax.Array) and not leaf.is_fully_addressable:
-    leaf = leaf.addressable_shards[0].data  # replicated: any shard is all
-  return np.asarray(leaf)
-
-
-def checksums(tree) -> Dict[str, str]:
-  """'path' -> 'dtype shape crc32' of every array leaf of a tree."""
-  sums = {}
-  for path, leaf in jax.tree_util.tree_flatten_with_path(tree)[0]:
-    value = np.ascontiguousarray(_host_value(leaf))
-    crc = zlib.crc32(value.view(np.uint8).reshape(-1) if value.size else b'')
-    sums[_path_name(path)] = f'{value.dtype} {value.shape} {crc:08x}'
-  return sums
-
-
-def _verify(tree, expected: Optional[Dict[str, str]], prefix: str = ''):
-  """Raises DamagedCheckpoint naming the first array that differs."""
-  if not expected:  # saved before checksums were recorded
-    return
-  for name, value in checksums(tree).items():
-    want = expected.get(prefix + name)
-    if want is not None and want != value:
-      raise DamagedCheckpoint(
-          f'array {prefix + name} does not match its checksum'
-      )
-
-
-class DamagedCheckpoint(Exception):
-  """A checkpoint whose files cannot be read or do not verify."""
-
-
-def _one_line(error: BaseException) -> str:
-  """The gist of a (possibly multi-line) exception, for a log line."""
-  lines = [line.strip() for line in str(error).splitlines() if line.strip()]
-  text = (lines[0] if lines else '').split('. See full TensorStore')[0]
-  return f'{type(error).__name__}: {text}'[:300]
-
-
 def _leaf_shapes(tree) -> Dict[str, Tuple[int, ...]]:
   flat = jax.tree_util.tree_flatten_with_path(tree)[0]
   return {
-      _path_name(path): tuple(getattr(leaf, 'shape', ())) for path, leaf in flat
+      integrity.path_name(path): tuple(getattr(leaf, 'shape', ()))
+      for path, leaf in flat
   }
 
 
@@ -188,7 +115,7 @@ class Checkpoints:
 
     The arrays' checksums go into `meta`, computed before the save starts.
     """
-    meta = dict(meta, checksums=checksums(state))
+    meta = dict(meta, checksums=integrity.checksums(state))
     items = dict(
         state=ocp.args.StandardSave(state), meta=ocp.args.JsonSave(meta)
     )
@@ -212,10 +139,10 @@ class Checkpoints:
       yield
     except Exception as e:  # OSError, or Orbax's wrapping of one
       raise CheckpointError(
-          f'saving a checkpoint in {self.directory} failed'
-          f'{f" (step {step})" if step else ""}: {_one_line(e)}; free space'
-          ' or fix the storage, then run the same command again to resume'
-          ' from the last complete checkpoint'
+          f'saving a checkpoint in {self.directory}'
+          f' failed{f" (step {step})" if step else ""}:'
+          f' {integrity.one_line(e)}; free space or fix the storage, then run'
+          ' the same command again to resume from the last complete checkpoint'
       ) from None
 
   def has_data_state(self, step: int) -> bool:
@@ -242,7 +169,7 @@ class Checkpoints:
           if not isinstance(json.load(f), dict):
             problem = f'{name} is not a JSON object'
       except (OSError, ValueError) as e:
-        problem = f'{name}: {_one_line(e)}'
+        problem = f'{name}: {integrity.one_line(e)}'
     if jax.process_count() > 1:
       failed = np.flatnonzero(
           multihost_utils.process_allgather(np.array(bool(problem), np.int32))
@@ -254,7 +181,7 @@ class Checkpoints:
 
   def meta(self, step: int) -> Dict[str, Any]:
     """`step`'s meta JSON; raises DamagedCheckpoint if it cannot be read."""
-    with _reading():
+    with integrity.reading():
       meta = self.manager.restore(
           step, args=ocp.args.Composite(meta=ocp.args.JsonRestore())
       ).meta
@@ -299,7 +226,7 @@ class Checkpoints:
     Raises DamagedCheckpoint if the step cannot be read or does not verify,
     CheckpointError if it does not fit `abstract_state`.
     """
-    with _reading():
+    with integrity.reading():
       self.check_compatible(step, abstract_state)
       items = dict(
           state=ocp.args.StandardRestore(abstract_state),
@@ -310,7 +237,7 @@ class Checkpoints:
       if restore_data:
         items['data'] = grain.checkpoint.CheckpointRestore(data_iterator)
       restored = self.manager.restore(step, args=ocp.args.Composite(**items))
-      _verify(restored.state, restored.meta.get('checksums'))
+      integrity.verify(restored.state, restored.meta.get('checksums'))
     return restored.state, restored.meta
 
   def restore_tree(self, step: int, sharding) -> Tuple[Any, Dict[str, Any]]:
@@ -320,7 +247,7 @@ class Checkpoints:
     stored shapes, so a checkpoint written on any number of devices or
     processes restores here. Raises DamagedCheckpoint as `restore`.
     """
-    with _reading():
+    with integrity.reading():
       stored = self.manager.item_metadata(step)['state']
       target = jax.tree_util.tree_map(
           lambda m: jax.ShapeDtypeStruct(m.shape, m.dtype, sharding=sharding),
@@ -333,7 +260,7 @@ class Checkpoints:
               meta=ocp.args.JsonRestore(),
           ),
       )
-      _verify(restored.state, restored.meta.get('checksums'))
+      integrity.verify(restored.state, restored.meta.get('checksums'))
     return restored.state, restored.meta
 
   def restore_params(
@@ -344,7 +271,7 @@ class Checkpoints:
     The params are placed with `sharding` (see restore_tree). Raises as
     `restore`.
     """
-    with _reading():
+    with integrity.reading():
       self.check_compatible(step, abstract_params, what, subtree='params')
     state, meta = self.restore_tree(step, sharding)
     return state['params'], meta
@@ -424,49 +351,6 @@ class Checkpoints:
     with self._writing(None):
       self.manager.wait_until_finished()
       self.manager.close()
-
-
-@contextlib.contextmanager
-def _reading():
-  """Turns any failure to read a step into DamagedCheckpoint.
-
-  CheckpointError (a readable checkpoint that does not fit this config) and
-  interrupts pass through.
-  """
-  # A failed read abandons Orbax's other reads: their coroutines, collected,
-  # and TensorStore's callbacks into the closed event loop would each print
-  # a traceback. The one line of DamagedCheckpoint says it all.
-  hooks = sys.unraisablehook, sys.excepthook
-  sys.unraisablehook, sys.excepthook = _quiet_unraisable, _quiet_exception
-  failed = False
-  try:
-    yield
-  except (CheckpointError, DamagedCheckpoint):
-    raise
-  except Exception as e:  # whatever Orbax, TensorStore or JSON raise
-    failed = True
-    if isinstance(e, MemoryError) or 'RESOURCE_EXHAUSTED' in str(e):
-      # Not the checkpoint's fault: it must not be set aside.
-      raise CheckpointError(
-          f'out of memory while restoring a checkpoint ({_one_line(e)});'
-          ' free memory (other processes on the device) and run the same'
-          ' command again'
-      ) from None
-    raise DamagedCheckpoint(_one_line(e)) from e
-  finally:
-    if failed:
-      time.sleep(0.5)  # the abandoned reads finish (and fail) meanwhile
-    gc.collect()
-    sys.unraisablehook, sys.excepthook = hooks
-
-
-def _quiet_unraisable(unraisable):
-  logging.debug('while reading a checkpoint: %s', unraisable.exc_value)
-
-
-def _quiet_exception(kind, value, trace):
-  del trace
-  logging.debug('while reading a checkpoint: %s: %s', kind.__name__, value)
 
 
 def abstract(tree):

@@ -70,12 +70,8 @@ class DecodeOutput(NamedTuple):
 
 
 def max_steps(source_length: int, ratio: float, offset: int) -> int:
-  """Static loop bound for a padded source length.
-
-  In float32 as `length_limits`: a row filling its padded width must get the
-  loop's last step (in float64 1.4 x 45 gave 63 steps, in float32 a limit
-  of 64, so such a row lost its forced EOS, and only when not padded).
-  """
+  """Static loop bound for a padded source length; float32 as length_limits
+  (a row filling its width gets the loop's last step, its forced EOS)."""
   return int(np.floor(np.float32(ratio) * np.float32(source_length))) + offset
 
 

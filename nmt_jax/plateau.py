@@ -9,6 +9,10 @@ in metrics.jsonl up to its checkpoint, so it decides as an uninterrupted run.
 
 from typing import Dict, Iterable, Optional, Tuple
 
+from absl import logging
+
+from nmt_jax import writers
+
 
 class Plateau:
   """Counts validations without improvement of one metric."""
@@ -31,9 +35,10 @@ class Plateau:
 
   def update(self, step: int, result: Dict[str, float]) -> Tuple[bool, bool]:
     """Takes one validation result -> (decay the learning rate now, stop)."""
-    value = result[self.metric]
-    better = self.best is None or (
-        value > self.best if self.metric == 'bleu' else value < self.best
+    value = float(result[self.metric])  # metrics.jsonl writes NaN as 'nan'
+    better = value == value and (  # NaN is never better
+        self.best is None
+        or (value > self.best if self.metric == 'bleu' else value < self.best)
     )
     if better:
       self.best, self.best_step = value, step
@@ -62,3 +67,28 @@ class Plateau:
         f'validation {self.metric} has not improved for {self.since_best}'
         f' validations (best {self.best:.4f} at step {self.best_step})'
     )
+
+
+def resume(train_config, workdir: str, start: int, scale: float) -> Plateau:
+  """The Plateau of a run resuming at step `start` (0: a new run).
+
+  Its counts are replayed from metrics.jsonl up to `start`; its factor is
+  `scale`, the one the checkpoint's optimizer applies: a replay without the
+  whole history (a workdir of nmt_jax.average has no metrics.jsonl) restarted
+  it at 1, and the next decay raised the learning rate.
+  """
+  plateau = Plateau(train_config)
+  if plateau.active and start:
+    records = writers.read_metrics(workdir)
+    if not records:
+      logging.warning(
+          'no metrics.jsonl in %s: the plateau and early-stopping counts'
+          ' start again from step %d (the learning-rate factor, x%g, is the'
+          " checkpoint's)",
+          workdir,
+          start,
+          scale,
+      )
+    plateau.replay(records, start)
+    plateau.scale = scale
+  return plateau

@@ -235,17 +235,9 @@ def _train_and_evaluate(config, workdir: str, mesh) -> Dict[str, Any]:
     if lead:
       workdirs.write_config(workdir, config)
       writers.truncate_metrics(workdir, start)  # the re-run steps anew
-    plateau = plateau_lib.Plateau(t)
-    if plateau.active and start:
-      records = writers.read_metrics(workdir)
-      if not records:
-        logging.warning(
-            'no metrics.jsonl in %s: the plateau and early-stopping counts'
-            ' start again from step %d',
-            workdir,
-            start,
-        )
-      plateau.replay(records, start)
+    plateau = plateau_lib.resume(
+        t, workdir, start, steps.plateau_scale(state.opt_state)
+    )
     end = start if plateau.stopped else t.num_steps
     if plateau.stopped:
       logging.info('stopped early at step %d: %s', start, plateau.describe())

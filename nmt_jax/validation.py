@@ -30,6 +30,7 @@ POSITIVE = (
     'train.eval_num_sentences',
     'train.sigterm_grace_seconds',
     'train.plateau_patience',
+    'train.halve_from_epoch',  # 1-based: 0 halved from the first step
     'train.divergence_steps',
     'decode.beam_size',
     'decode.max_length_ratio',

@@ -20,6 +20,7 @@ import numpy as np
 import pytest
 
 from nmt_jax import checkpoint
+from nmt_jax import checkpoint_integrity
 from nmt_jax import default_config
 from nmt_jax import errors
 from nmt_jax import locks
@@ -755,8 +756,8 @@ def test_sigterm_interrupts_a_multi_process_run_once_its_loop_has_ended(
 
 def test_out_of_memory_while_restoring_does_not_set_a_checkpoint_aside():
   with pytest.raises(errors.CheckpointError, match='out of memory while'):
-    with checkpoint._reading():
+    with checkpoint_integrity.reading():
       raise RuntimeError('RESOURCE_EXHAUSTED: Out of memory allocating 4 GiB')
   with pytest.raises(checkpoint.DamagedCheckpoint, match='bad bytes'):
-    with checkpoint._reading():
+    with checkpoint_integrity.reading():
       raise ValueError('bad bytes')

@@ -11,6 +11,7 @@ import pytest
 from nmt_jax import attention
 from nmt_jax import default_config
 from nmt_jax import errors
+from nmt_jax import plateau as plateau_lib
 from nmt_jax import progress as progress_lib
 from nmt_jax import steps
 from nmt_jax import train
@@ -61,6 +62,25 @@ def test_halving_schedule_follows_shu():
   ]
 
 
+def test_a_resumed_plateau_takes_the_checkpoints_factor(tmp_path):
+  """Without metrics.jsonl (an averaged workdir) the replay restarted the
+  factor at 1 while the optimizer applied 0.125: the next decay raised it."""
+  config = default_config.get_config().train
+  config.plateau_decay, config.plateau_patience = 0.5, 1
+  resumed = plateau_lib.resume(config, str(tmp_path), 40, scale=0.125)
+  assert resumed.scale == 0.125
+  resumed.update(42, {'bleu': 10.0})
+  decayed, _ = resumed.update(44, {'bleu': 9.0})
+  assert decayed and resumed.scale == 0.0625
+  # metrics.jsonl writes a NaN loss as 'nan'; the replay reads it back.
+  config.plateau_metric = 'loss'
+  with open(tmp_path / 'metrics.jsonl', 'w') as f:
+    f.write('{"step": 2, "split": "valid", "loss": "nan"}\n')
+    f.write('{"step": 4, "split": "valid", "loss": 3.0}\n')
+  resumed = plateau_lib.resume(config, str(tmp_path), 4, scale=1.0)
+  assert (resumed.best, resumed.best_step) == (3.0, 4)
+
+
 def test_warmup_rsqrt_schedule():
   config = default_config.get_config().train
   config.schedule, config.learning_rate, config.warmup_steps = (
@@ -85,6 +105,7 @@ def test_warmup_rsqrt_schedule():
         ('train.schedule', 'cosine', 'train.schedule'),
         ('model.dropout', 1.0, 'must be below 1'),
         ('train.dropout_rng', 'mt19937', 'train.dropout_rng'),
+        ('train.halve_from_epoch', 0, 'train.halve_from_epoch=0 must be > 0'),
     ],
 )
 def test_validate_rejects_bad_values(field, value, message):

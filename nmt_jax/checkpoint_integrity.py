@@ -1,0 +1,136 @@
+"""What makes a checkpoint damaged, and reading one quietly.
+
+Every array of a saved state has a CRC-32 in the step's meta (`checksums`);
+`verify` compares a restored state with them. `reading()` turns any failure
+to read a step (Orbax, TensorStore, JSON) into DamagedCheckpoint, and keeps
+the tracebacks of the reads a failed restore abandons out of the log.
+"""
+
+import contextlib
+import gc
+import logging as std_logging
+import sys
+import time
+import traceback
+from typing import Dict, Optional
+import zlib
+
+from absl import logging
+import jax
+import numpy as np
+
+from nmt_jax.errors import CheckpointError
+
+
+class DamagedCheckpoint(Exception):
+  """A checkpoint whose files cannot be read or do not verify."""
+
+
+class _AbandonedReadsFilter(std_logging.Filter):
+  """Drops asyncio's report of the reads a failed restore abandoned.
+
+  The restore's own error (DamagedCheckpoint) is logged in one line.
+  """
+
+  def filter(self, record):
+    if 'exception was never retrieved' not in record.getMessage():
+      return True
+    error = record.exc_info[1] if record.exc_info else None
+    frames = traceback.extract_tb(error.__traceback__) if error else []
+    return not any('/orbax/' in frame.filename for frame in frames)
+
+
+std_logging.getLogger('asyncio').addFilter(_AbandonedReadsFilter())
+
+
+def path_name(path) -> str:
+  """A key path as a name such as 'opt_state/1/0/count'.
+
+  Works for a live tree (attributes, tuples) and Orbax metadata (dicts) alike.
+  """
+  parts = []
+  for key in path:
+    for attribute in ('key', 'name', 'idx'):
+      if hasattr(key, attribute):
+        parts.append(str(getattr(key, attribute)))
+        break
+  return '/'.join(parts)
+
+
+def _host_value(leaf) -> np.ndarray:
+  """The full value of a (replicated) array, read from this process."""
+  if isinstance(leaf, jax.Array) and not leaf.is_fully_addressable:
+    leaf = leaf.addressable_shards[0].data  # replicated: any shard is all
+  return np.asarray(leaf)
+
+
+def checksums(tree) -> Dict[str, str]:
+  """'path' -> 'dtype shape crc32' of every array leaf of a tree."""
+  sums = {}
+  for path, leaf in jax.tree_util.tree_flatten_with_path(tree)[0]:
+    value = np.ascontiguousarray(_host_value(leaf))
+    crc = zlib.crc32(value.view(np.uint8).reshape(-1) if value.size else b'')
+    sums[path_name(path)] = f'{value.dtype} {value.shape} {crc:08x}'
+  return sums
+
+
+def verify(tree, expected: Optional[Dict[str, str]], prefix: str = ''):
+  """Raises DamagedCheckpoint naming the first array that differs."""
+  if not expected:  # saved before checksums were recorded
+    return
+  for name, value in checksums(tree).items():
+    want = expected.get(prefix + name)
+    if want is not None and want != value:
+      raise DamagedCheckpoint(
+          f'array {prefix + name} does not match its checksum'
+      )
+
+
+def one_line(error: BaseException) -> str:
+  """The gist of a (possibly multi-line) exception, for a log line."""
+  lines = [line.strip() for line in str(error).splitlines() if line.strip()]
+  text = (lines[0] if lines else '').split('. See full TensorStore')[0]
+  return f'{type(error).__name__}: {text}'[:300]
+
+
+@contextlib.contextmanager
+def reading():
+  """Turns any failure to read a step into DamagedCheckpoint.
+
+  CheckpointError (a readable checkpoint that does not fit this config) and
+  interrupts pass through.
+  """
+  # A failed read abandons Orbax's other reads: their coroutines, collected,
+  # and TensorStore's callbacks into the closed event loop would each print
+  # a traceback. The one line of DamagedCheckpoint says it all.
+  hooks = sys.unraisablehook, sys.excepthook
+  sys.unraisablehook, sys.excepthook = _quiet_unraisable, _quiet_exception
+  failed = False
+  try:
+    yield
+  except (CheckpointError, DamagedCheckpoint):
+    raise
+  except Exception as e:  # whatever Orbax, TensorStore or JSON raise
+    failed = True
+    if isinstance(e, MemoryError) or 'RESOURCE_EXHAUSTED' in str(e):
+      # Not the checkpoint's fault: it must not be set aside.
+      raise CheckpointError(
+          f'out of memory while restoring a checkpoint ({one_line(e)});'
+          ' free memory (other processes on the device) and run the same'
+          ' command again'
+      ) from None
+    raise DamagedCheckpoint(one_line(e)) from e
+  finally:
+    if failed:
+      time.sleep(0.5)  # the abandoned reads finish (and fail) meanwhile
+    gc.collect()
+    sys.unraisablehook, sys.excepthook = hooks
+
+
+def _quiet_unraisable(unraisable):
+  logging.debug('while reading a checkpoint: %s', unraisable.exc_value)
+
+
+def _quiet_exception(kind, value, trace):
+  del trace
+  logging.debug('while reading a checkpoint: %s: %s', kind.__name__, value)
