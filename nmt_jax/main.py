@@ -18,7 +18,6 @@ parses flags.
 
 import logging as std_logging
 import os
-import signal
 import sys
 from typing import List
 
@@ -269,10 +268,7 @@ def main(argv):
     config = _CONFIG.value
   except OSError as e:  # config_flags defers load failures to the first access
     _fail(str(e).strip().splitlines()[-1])
-  # A non-interactive shell starts `cmd &` with SIGINT ignored and Python
-  # keeps an inherited ignore: without this, Ctrl-C on launch/multi_gpu.sh
-  # and launch/tpu_pod.sh's `stop` would not reach the run.
-  signal.signal(signal.SIGINT, signal.default_int_handler)
+  preemption.interrupt_on_sigint()
   try:
     maybe_initialize_distributed()
     compile_cache.configure()

@@ -24,10 +24,39 @@ from absl import logging
 import jax
 from jax.experimental import multihost_utils
 
+_interrupts = []  # the signals that raised KeyboardInterrupt
+
+
+def _interrupt(signum, frame):
+  """KeyboardInterrupt, remembered.
+
+  Raised inside a garbage-collector callback or a __del__ (XLA's run at any
+  allocation), Python prints it as 'Exception ignored' and drops it: the
+  training loop then raises it again (`raise_if_interrupted`).
+  """
+  del frame
+  _interrupts.append(signum)
+  raise KeyboardInterrupt
+
+
+def interrupt_on_sigint():
+  """Ctrl-C raises KeyboardInterrupt (remembered) in the main thread.
+
+  Also where the process started with SIGINT ignored, as a non-interactive
+  shell starts `cmd &` (launch/multi_gpu.sh, tpu_pod.sh's `stop`).
+  """
+  signal.signal(signal.SIGINT, _interrupt)
+
 
 def interrupt_on_sigterm():
   """SIGTERM raises KeyboardInterrupt in the main thread, like Ctrl-C."""
-  signal.signal(signal.SIGTERM, signal.default_int_handler)
+  signal.signal(signal.SIGTERM, _interrupt)
+
+
+def raise_if_interrupted():
+  """KeyboardInterrupt if one was raised before (and maybe dropped)."""
+  if _interrupts:
+    raise KeyboardInterrupt
 
 
 class Preemption:

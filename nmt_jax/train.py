@@ -270,6 +270,7 @@ def _train_and_evaluate(config, workdir: str, mesh) -> Dict[str, Any]:
     # the best checkpoint is what eval, translate and early stopping use.
     best_bleu = ckpts.best_bleu()
     for step in range(start, end):
+      preemption.raise_if_interrupted()  # one a gc callback dropped
       profiler.before(step)
       batch = next(iterator)
       state, device_metrics = train_step(state, batch)

@@ -5,6 +5,7 @@ and that the files that existed before are unchanged (a damaged checkpoint:
 moved aside intact).
 """
 
+import gc
 import glob
 import json
 import math
@@ -24,6 +25,7 @@ from nmt_jax import checkpoint_integrity
 from nmt_jax import default_config
 from nmt_jax import errors
 from nmt_jax import locks
+from nmt_jax import preemption
 from nmt_jax import progress as progress_lib
 from nmt_jax import train
 from nmt_jax import validation
@@ -738,15 +740,14 @@ def test_sigterm_interrupts_a_multi_process_run_once_its_loop_has_ended(
 ):
   # With several processes JAX's preemption service takes SIGTERM during the
   # training loop; after it (the final evaluation) nothing would act on it.
-  from nmt_jax import preemption  # pylint: disable=g-import-not-at-top
-
   before = signal.getsignal(signal.SIGTERM)
+  monkeypatch.setattr(preemption, '_interrupts', [])
   try:
     signal.signal(signal.SIGTERM, signal.SIG_IGN)  # as JAX's, for Python
     monkeypatch.setattr(preemption.jax, 'process_count', lambda: 2)
     with preemption.Preemption(grace_seconds=5):
       assert signal.getsignal(signal.SIGTERM) == signal.SIG_IGN
-    assert signal.getsignal(signal.SIGTERM) is signal.default_int_handler
+    assert signal.getsignal(signal.SIGTERM) is preemption._interrupt
     with pytest.raises(KeyboardInterrupt):
       os.kill(os.getpid(), signal.SIGTERM)
       time.sleep(1)  # the handler runs between bytecodes
@@ -761,3 +762,29 @@ def test_out_of_memory_while_restoring_does_not_set_a_checkpoint_aside():
   with pytest.raises(checkpoint.DamagedCheckpoint, match='bad bytes'):
     with checkpoint_integrity.reading():
       raise ValueError('bad bytes')
+
+
+@pytest.mark.filterwarnings('ignore::pytest.PytestUnraisableExceptionWarning')
+def test_a_ctrl_c_dropped_inside_a_gc_callback_is_raised_again(monkeypatch):
+  """Python drops an exception raised in a garbage-collector callback (XLA
+  runs one at allocations): a training run sent SIGINT in one trained on."""
+  monkeypatch.setattr(preemption, '_interrupts', [])
+  preemption.raise_if_interrupted()  # nothing yet
+  previous = signal.getsignal(signal.SIGINT)
+  preemption.interrupt_on_sigint()
+  try:
+
+    def callback(phase, info):
+      del info
+      if phase == 'start':
+        signal.raise_signal(signal.SIGINT)  # handled inside the callback
+
+    gc.callbacks.append(callback)
+    try:
+      gc.collect()  # 'Exception ignored in ...': the interrupt is dropped
+    finally:
+      gc.callbacks.remove(callback)
+    with pytest.raises(KeyboardInterrupt):
+      preemption.raise_if_interrupted()
+  finally:
+    signal.signal(signal.SIGINT, previous)

@@ -590,6 +590,10 @@ def test_a_signal_to_the_sweep_stops_its_run_with_a_checkpoint(
   finally:
     if process.poll() is None:
       process.kill()
+      # The run has a session of its own: not killed with the sweep.
+      lock = root / 'seed=0' / 'lock'
+      if lock.exists():
+        os.kill(json.loads(lock.read_text())['pid'], signal.SIGKILL)
   assert process.returncode == 128 + signum, err[-2000:]
   name = signal.Signals(signum).name
   last = err.strip().splitlines()[-1]

@@ -52,18 +52,24 @@ def start(process_id, port, *args, num_processes=2):
   )
 
 
-def run_two_processes(*args, timeout=600):
+def two_processes(*args, timeout=600):
+  """[(exit status, stderr)] of the two processes of a run."""
   port = free_port()
   processes = [start(0, port, *args), start(1, port, *args)]
   try:
-    outputs = [p.communicate(timeout=timeout) for p in processes]
+    errors = [p.communicate(timeout=timeout)[1] for p in processes]
   finally:
     for p in processes:
       if p.poll() is None:
         p.kill()
-  for p, (_, err) in zip(processes, outputs):
-    assert p.returncode == 0, err[-3000:]
-  return [err for _, err in outputs]
+  return [(p.returncode, err) for p, err in zip(processes, errors)]
+
+
+def run_two_processes(*args, timeout=600):
+  results = two_processes(*args, timeout=timeout)
+  for status, err in results:
+    assert status == 0, err[-3000:]
+  return [err for _, err in results]
 
 
 def test_two_processes_stop_together_resume_and_agree_with_one(tmp_path):
@@ -222,17 +228,9 @@ def test_a_workdir_in_use_stops_every_process_with_one_line(tmp_path):
   workdir.mkdir()
   holder = {'host': socket.gethostname(), 'pid': os.getpid(), 'since': 'now'}
   (workdir / 'lock').write_text(json.dumps(holder))
-  port = free_port()
   args = [f'--config={CONFIG}', *QUICK, f'--workdir={workdir}']
-  processes = [start(0, port, *args), start(1, port, *args)]
-  try:
-    errors = [p.communicate(timeout=300)[1] for p in processes]
-  finally:
-    for p in processes:
-      if p.poll() is None:
-        p.kill()
-  for p, err in zip(processes, errors):
-    assert p.returncode == 2, err[-3000:]
+  for status, err in two_processes(*args, timeout=300):
+    assert status == 2, err[-3000:]
     last = [line for line in err.strip().splitlines() if not GLOG.match(line)]
     assert last[-1].startswith('error: workdir') and 'in use' in last[-1]
     assert 'Traceback' not in err
@@ -260,19 +258,12 @@ def test_process_0_builds_the_vocabulary_the_others_read_it(tmp_path):
   assert all('prepared: train 400 pairs' in log for log in logs)
   # A failure on process 0 stops both, the other with one line.
   (workdir / 'vocab' / 'spm_shared.model').write_bytes(b'not a model')
-  port = free_port()
-  processes = [start(0, port, *args), start(1, port, *args)]
-  try:
-    errors = [p.communicate(timeout=300)[1] for p in processes]
-  finally:
-    for p in processes:
-      if p.poll() is None:
-        p.kill()
+  results = two_processes(*args, timeout=300)
   lasts = [
       [x for x in err.strip().splitlines() if not GLOG.match(x)][-1]
-      for err in errors
+      for _, err in results
   ]
-  assert [p.returncode for p in processes] == [2, 2], errors[1][-2000:]
+  assert [status for status, _ in results] == [2, 2], results[1][1][-2000:]
   assert 'spm_shared.model' in lasts[0], lasts[0]
   assert (
       lasts[1] == 'error: process 0 failed loading the data; its log says why'
