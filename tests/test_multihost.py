@@ -3,6 +3,7 @@
 import json
 import os
 import re
+import shutil
 import signal
 import socket
 import subprocess
@@ -116,6 +117,12 @@ def test_two_processes_stop_together_resume_and_agree_with_one(tmp_path):
   assert lasts[0] == lasts[1]  # the same step
   step = lasts[0].split('after step ')[1].split(',')[0]
   assert os.listdir(two / 'checkpoints') == [step]
+  # A newer step only one process cannot read (its own data-iterator file)
+  # is damaged for both: both set it aside and resume from the saved step.
+  # Alone, process 1 set it aside and waited while process 0 trained on.
+  newer = two / 'checkpoints' / str(int(step) + 1)
+  shutil.copytree(two / 'checkpoints' / step, newer)
+  (newer / 'data' / 'process_1-of-2.json').write_text('{"next_in')
   # Restarted on the same workdir: both restore the saved step and go on,
   # profiling the first step after it. In one shared profile folder a process
   # read back another's half-written trace (EOFError) and the other hung at
@@ -128,6 +135,8 @@ def test_two_processes_stop_together_resume_and_agree_with_one(tmp_path):
       f'--config.train.profile_from_step={step}',
       '--config.train.profile_steps=1',
   )
+  assert 'process 1 cannot read its data-iterator state' in logs[0]
+  assert os.listdir(two / 'checkpoints' / 'corrupt') == [newer.name]
   assert all(f'resuming from step {step}' in log for log in logs)
   assert str(end) in os.listdir(two / 'checkpoints')
   for process in (0, 1):
@@ -137,19 +146,6 @@ def test_two_processes_stop_together_resume_and_agree_with_one(tmp_path):
         )
     )
     assert len(traces) == 1, process
-  # A step only one process cannot read (its own data-iterator file) is
-  # damaged for both: both set it aside and resume from the step before.
-  # Alone, process 1 set it aside and waited while process 0 trained on.
-  (two / 'checkpoints' / str(end) / 'data' / 'process_1-of-2.json').write_text(
-      '{"next_in'
-  )
-  end += 2
-  logs = run_two_processes(
-      *args, f'--config.train.num_steps={end}', f'--workdir={two}', timeout=240
-  )
-  assert all(f'resuming from step {step}' in log for log in logs)
-  assert 'process 1 cannot read its data-iterator state' in logs[0]
-  assert os.listdir(two / 'checkpoints' / 'corrupt') == [str(end - 2)]
   nmt(*args, f'--config.train.num_steps={end}', f'--workdir={one}')
 
   distributed, single = final_params(two, end), final_params(one, end)
