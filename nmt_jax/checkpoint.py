@@ -45,6 +45,15 @@ class _NoMetricsFilter(std_logging.Filter):
 std_logging.getLogger('absl').addFilter(_NoMetricsFilter())
 
 
+def _every_process(flags) -> np.ndarray:
+  """[processes, len(flags)]: each process's flags (with several, a
+  collective every process must call)."""
+  flags = np.asarray(flags, np.int32)
+  if jax.process_count() == 1:
+    return flags[None]
+  return multihost_utils.process_allgather(flags)
+
+
 def _leaf_shapes(tree) -> Dict[str, Tuple[int, ...]]:
   flat = jax.tree_util.tree_flatten_with_path(tree)[0]
   return {
@@ -145,13 +154,16 @@ class Checkpoints:
           ' the same command again to resume from the last complete checkpoint'
       ) from None
 
+  def _data_state_file(self, step: int) -> str:
+    name = f'process_{jax.process_index()}-of-{jax.process_count()}.json'
+    return os.path.join(self.directory, str(step), 'data', name)
+
   def has_data_state(self, step: int) -> bool:
     """Whether `step` holds this process's data-iterator state.
 
     It must have been saved with the same process count.
     """
-    name = f'process_{jax.process_index()}-of-{jax.process_count()}.json'
-    return os.path.isfile(os.path.join(self.directory, str(step), 'data', name))
+    return os.path.isfile(self._data_state_file(step))
 
   def _agree_data_state_readable(self, step: int, restore_data: bool):
     """Raises DamagedCheckpoint on every process if one cannot read its own
@@ -161,21 +173,18 @@ class Checkpoints:
     of all processes: one that failed before it would leave the others
     waiting there.
     """
-    name = f'process_{jax.process_index()}-of-{jax.process_count()}.json'
-    problem = ''
+    path, problem = self._data_state_file(step), ''
     if restore_data:
+      name = os.path.basename(path)
       try:
-        with open(os.path.join(self.directory, str(step), 'data', name)) as f:
+        with open(path) as f:
           if not isinstance(json.load(f), dict):
             problem = f'{name} is not a JSON object'
       except (OSError, ValueError) as e:
         problem = f'{name}: {integrity.one_line(e)}'
-    if jax.process_count() > 1:
-      failed = np.flatnonzero(
-          multihost_utils.process_allgather(np.array(bool(problem), np.int32))
-      )
-      if failed.size and not problem:
-        problem = f'process {failed[0]} cannot read its data-iterator state'
+    failed = np.flatnonzero(_every_process([bool(problem)])[:, 0])
+    if failed.size and not problem:
+      problem = f'process {failed[0]} cannot read its data-iterator state'
     if problem:
       raise DamagedCheckpoint(problem)
 
@@ -300,14 +309,11 @@ class Checkpoints:
       gone = reason is not None and not os.path.isdir(
           os.path.join(self.directory, str(step))
       )
-      if jax.process_count() > 1:
-        verdicts = multihost_utils.process_allgather(
-            np.array([reason is not None, gone], np.int32)
-        )
-        failed = [i for i, (bad, _) in enumerate(verdicts) if bad]
-        if failed and reason is None:
-          reason = f'process {failed[0]} could not read it'
-        gone = bool(verdicts[:, 1].any())
+      verdicts = _every_process([reason is not None, gone])
+      failed = np.flatnonzero(verdicts[:, 0])
+      if failed.size and reason is None:
+        reason = f'process {failed[0]} could not read it'
+      gone = bool(verdicts[:, 1].any())
       if reason is None:
         return step, result
       skipped.add(step)

@@ -21,36 +21,49 @@ def fail(message: str):
   sys.exit(2)
 
 
-def check_config_file(path: str, arg):
-  """One error line for a config file that does not load or give a config."""
+def load_config(path: str, arg=None) -> ml_collections.ConfigDict:
+  """get_config(arg) of a config file; errors.ConfigError in one line."""
+
+  def error(message):
+    return errors.ConfigError(f'config file {path}{message}')
+
   try:
     spec = importlib.util.spec_from_file_location('nmt_jax_config_check', path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
   except errors.UserError as e:
-    fail(f'config file {path}: {e}')
+    raise error(f': {e}') from None
   except SyntaxError as e:
-    fail(f'config file {path} line {e.lineno}: syntax error ({e.msg})')
+    raise error(f' line {e.lineno}: syntax error ({e.msg})') from None
   except Exception as e:  # pylint: disable=broad-except
-    fail(f'config file {path} fails to load: {type(e).__name__}: {e}')
+    raise error(f' fails to load: {type(e).__name__}: {e}') from None
   get_config = getattr(module, 'get_config', None)
   if not callable(get_config):
-    fail(
-        f'config file {path} has no get_config(); define get_config(arg=None)'
-        ' returning an ml_collections.ConfigDict (see configs/)'
+    raise error(
+        ' has no get_config(); define get_config(arg=None) returning an'
+        ' ml_collections.ConfigDict (see configs/)'
     )
   try:
     config = get_config(arg) if arg is not None else get_config()
   except (errors.UserError, ValueError) as e:  # e.g. an unknown preset
-    fail(f'config file {path}: {e}')
+    raise error(f': {e}') from None
   except Exception as e:  # pylint: disable=broad-except
-    fail(f'config file {path}: get_config failed: {type(e).__name__}: {e}')
+    raise error(f': get_config failed: {type(e).__name__}: {e}') from None
   if not isinstance(config, ml_collections.ConfigDict):
-    fail(
-        f'config file {path}: get_config() returned a'
-        f' {type(config).__name__}, not an ml_collections.ConfigDict; start'
-        ' from nmt_jax.default_config.get_config()'
+    raise error(
+        f': get_config() returned a {type(config).__name__}, not an'
+        ' ml_collections.ConfigDict; start from'
+        ' nmt_jax.default_config.get_config()'
     )
+  return config
+
+
+def check_config_file(path: str, arg):
+  """One error line for a config file that does not load or give a config."""
+  try:
+    load_config(path, arg)
+  except errors.ConfigError as e:
+    fail(str(e))
 
 
 def parse_flags(argv):

@@ -123,9 +123,10 @@ def vocab_files(data_config, directory: str) -> Dict[str, str]:
 def vocab_settings(data_config) -> Dict[str, Dict[str, object]]:
   """{'source'|'target': the data.vocab fields its vocabulary is built by}."""
   v = data_config.vocab
-  sizes = {'source': v.size, 'target': v.target_size or v.size}
-  if v.shared:
-    sizes['target'] = v.size
+  sizes = {
+      'source': v.size,
+      'target': v.size if v.shared else (v.target_size or v.size),
+  }
   # The fields each kind reads (build_vocab).
   built_by = {'sentencepiece': ('model_type',), 'word': ('min_count',)}
   built_by['char'] = built_by['word']
@@ -171,7 +172,7 @@ def build_vocabs(
   v = data_config.vocab
   os.makedirs(directory, exist_ok=True)
   files = vocab_files(data_config, directory)
-  sizes = {'source': v.size, 'target': v.target_size or v.size}
+  settings = vocab_settings(data_config)
   texts = {
       'source': [s for s in source_lines if s.strip()],
       'target': [t for t in target_lines if t.strip()],
@@ -190,11 +191,14 @@ def build_vocabs(
   else:
     vocabs = {
         side: vocab_lib.build_vocab(
-            v.kind, texts[side], sizes[side], v.min_count, v.model_type
+            v.kind,
+            texts[side],
+            settings[side]['size'],
+            v.min_count,
+            v.model_type,
         )
         for side in ('source', 'target')
     }
-  settings = vocab_settings(data_config)
   for side in ('source', 'target'):
     tmp = f'{files[side]}.tmp-{os.getpid()}'
     vocabs[side].save(tmp)
@@ -303,7 +307,6 @@ def cached_task(
   """
   paths = vocab_files(data_config, os.path.join(workdir, 'vocab'))
   if all(os.path.exists(p) for p in paths.values()):
-    check_vocab_settings(data_config, paths)
     directory = os.path.join(
         workdir, CACHE_DIR, cache_key(data_config, paths, identity)
     )
@@ -351,7 +354,8 @@ def task_from_lines(
           '(same --config and --workdir)'
       )
     build_vocabs(data_config, directory, *lines['train'])
-  check_vocab_settings(data_config, files)
+  else:  # other settings change the cache key: a hit was built with these
+    check_vocab_settings(data_config, files)
   source_vocab = vocab_lib.load_vocab(data_config.vocab.kind, files['source'])
   target_vocab = vocab_lib.load_vocab(data_config.vocab.kind, files['target'])
   splits = {

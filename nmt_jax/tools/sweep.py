@@ -22,6 +22,7 @@ from typing import Dict, List, Sequence
 from absl import logging
 
 from nmt_jax import attention
+from nmt_jax import cli_flags
 from nmt_jax import errors
 from nmt_jax import evaluation
 from nmt_jax import steps
@@ -87,16 +88,10 @@ def check_overrides(runs: Sequence[Run]):
   for run in runs:
     if run.config not in configs:
       path, _, preset = run.config.partition(':')
-      module_spec = importlib.util.spec_from_file_location('nmt_jax_cfg', path)
-      module = importlib.util.module_from_spec(module_spec)
       try:
-        module_spec.loader.exec_module(module)
-        configs[run.config] = module.get_config(preset or None)
-      except Exception as e:  # pylint: disable=broad-except
-        raise errors.ConfigError(
-            f'run {run.name}: config {run.config} does not load'
-            f' ({type(e).__name__}: {e})'
-        ) from None
+        configs[run.config] = cli_flags.load_config(path, preset or None)
+      except errors.ConfigError as e:
+        raise errors.ConfigError(f'run {run.name}: {e}') from None
     for field in run.overrides:
       node = configs[run.config]
       for part in field.split('.'):
