@@ -135,13 +135,17 @@ peer_decode() { # L THREADS BEAM NAME
     -min_length 250 "${PEER_DECODE_DEVICE[@]}" -seed 1234
 }
 kinds() { # kinds NAME CONFIG L [args...]: CONFIG's decoding against global's
-  local name=$1 config=$2 length=$3
+  local name=$1 config=$2 length=$3 plain=()
   shift 3
   pin 1
+  # On a GPU the decoders' default is CUDA graphs: runs not named for them
+  # launch kernel by kernel, as they were first measured.
+  [[ $PLATFORM == gpu && $name != *cuda_graphs* ]] && \
+    plain=(--config.decode.compiler_options= --compare.decode.compiler_options=)
   run "$name" "${PIN[@]}" "$PYTHON" -m nmt_jax.bench decode --config="$config" \
     --compare="configs/global_general.py:copy$length" "${THREADS[@]}" --modes=greedy,beam \
     --sentences_per_batch=64 --num_sentences=256 \
-    --repeats=5 --json="$OUT/$name.json" "$@"
+    --repeats=5 --json="$OUT/$name.json" "${plain[@]}" "$@"
 }
 # 64 sentences per decoding batch in both modes, as OpenNMT-py's
 # -batch_size 64 -batch_type sents (beam search: 640 hypotheses).
@@ -282,8 +286,12 @@ if part levers; then
     GRAPHS=--xla_gpu_enable_command_buffer=FUSION,CUBLAS,CUBLASLT,CUSTOM_CALL,CUDNN,CONDITIONAL,WHILE
     bench train 50 1 lever_cuda_graphs_train --repeats=3 "${OTHER[@]}" \
       --config.compiler_options="$GRAPHS"
+    # The same without WHILE and CONDITIONAL: kernels as graphs, loops on the host.
+    bench train 50 1 lever_cuda_graphs_train_no_loops --repeats=3 "${OTHER[@]}" \
+      --config.compiler_options="${GRAPHS%,CONDITIONAL,WHILE}"
+    # decode.compiler_options' default (the same option) against none.
     bench decode 50 1 lever_cuda_graphs_decode "${DECODE[@]}" "${OTHER[@]}" \
-      --config.compiler_options="$GRAPHS" --compare.decode.beam_size=10
+      --compare.decode.compiler_options= --compare.decode.beam_size=10
     kinds kinds_L200_long_cuda_graphs configs/memory_k64.py:copy200 200 "${LONG200[@]}" \
       --config.compiler_options="$GRAPHS" --compare.compiler_options="$GRAPHS"
     # Flexible's width switch is a CONDITIONAL: inside a command buffer its
@@ -291,11 +299,21 @@ if part levers; then
     kinds kinds_flexible_L150_long_cuda_graphs configs/flexible.py:copy150 150 \
       --config.model.attention.tau=1.2 "${LONG150[@]}" \
       --config.compiler_options="$GRAPHS" --compare.compiler_options="$GRAPHS"
+    # Flexible in RNNsearch against global concat in that model, as graphs.
+    kinds kinds_flexible_L150_rnnsearch_same_model_cuda_graphs \
+      configs/flexible.py:copy150,rnnsearch 150 --config.model.attention.tau=1.2 \
+      "${LONG150[@]}" --compare.model.query=previous --compare.model.attention.score=concat \
+      --compare.model.input_feeding=false \
+      --config.compiler_options="$GRAPHS" --compare.compiler_options="$GRAPHS"
     # 512 sentences per search step, where attention's share of a step grows.
     kinds kinds_L200_long_batch512 configs/memory_k64.py:copy200 200 "${LONG200[@]}" \
       --sentences_per_batch=512 --num_sentences=1000
     kinds kinds_L200_long_batch512_cuda_graphs configs/memory_k64.py:copy200 200 \
       "${LONG200[@]}" --sentences_per_batch=512 --num_sentences=1000 \
+      --config.compiler_options="$GRAPHS" --compare.compiler_options="$GRAPHS"
+    kinds kinds_flexible_L150_long_batch512_cuda_graphs configs/flexible.py:copy150 150 \
+      --config.model.attention.tau=1.2 "${LONG150[@]}" --sentences_per_batch=512 \
+      --num_sentences=1000 \
       --config.compiler_options="$GRAPHS" --compare.compiler_options="$GRAPHS"
   fi
   for chunk in 0 10; do

@@ -14,9 +14,10 @@ loop instead of once per kernel. Options of another platform are accepted and
 ignored (a GPU option on a CPU changes nothing).
 
 `config.decode.compiler_options` adds options for the decoders alone (a name
-set in both takes the decoder's value): on an H100 the option above made the
-search loops x2.6 faster and the training step x0.5 (docs/performance.md), so
-it belongs there.
+set in both takes the decoder's value). The option above made the search
+loops x2.4-2.7 faster on an H100 and an H200 and the training step x0.5-0.7
+(docs/performance.md), so it is decode.compiler_options' default
+(default_config.CUDA_GRAPHS) and not the training step's.
 """
 
 import functools

@@ -38,6 +38,15 @@ import ml_collections
 from nmt_jax import attention
 from nmt_jax import presets
 
+# XLA's command buffers, loops included: on a GPU a search loop runs as one
+# CUDA graph instead of one kernel launch per op per step. Decoding x2.6 on an
+# H100, x2.8 greedy and x2.4 beam 10 on an H200 with the same texts; the
+# training step x0.5-0.7, so only the decoders get it. XLA:CPU ignores it.
+CUDA_GRAPHS = (
+    '--xla_gpu_enable_command_buffer='
+    'FUSION,CUBLAS,CUBLASLT,CUSTOM_CALL,CUDNN,CONDITIONAL,WHILE'
+)
+
 
 def get_config(arg=None):
   """Returns the default config, with the presets named in `arg` applied."""
@@ -276,8 +285,9 @@ def get_config(arg=None):
   # search is computed and discarded.
   config.decode.unroll = 1
   # XLA options for the decoders alone, on top of config.compiler_options
-  # (a name set in both takes this value): e.g. search loops as CUDA graphs.
-  config.decode.compiler_options = ''
+  # (a name set in both takes this value): by default the search loops as
+  # CUDA graphs on a GPU (CUDA_GRAPHS above); '' launches kernel by kernel.
+  config.decode.compiler_options = CUDA_GRAPHS
 
   # ---------------------------------------------------------------- parallelism
   config.parallel = ml_collections.ConfigDict()

@@ -177,7 +177,10 @@ def test_bench_decode_compare_says_a_lever_decodes_the_same_texts(tmp_path):
   assert result['config']['decode_compiler_options'] == (
       '--xla_cpu_enable_fast_math=false'
   )
-  assert result['compare_config']['decode_compiler_options'] == ''
+  # The other side keeps the default (search loops as CUDA graphs on a GPU).
+  assert result['compare_config']['decode_compiler_options'] == (
+      default_config.CUDA_GRAPHS
+  )
   # The digest is of the texts: greedy and beam search decode others here.
   this = result['this']
   assert this['greedy']['outputs_sha1'] != this['beam2']['outputs_sha1']
@@ -590,6 +593,6 @@ def test_the_performance_page_is_what_its_kept_runs_say():
     kept = f.read()
   # Rewrite it with:
   #   python -m nmt_jax.tools.performance docs/performance_runs/cpu \
-  #     docs/performance_runs/gpu
-  outs = [os.path.join(runs, 'cpu'), os.path.join(runs, 'gpu')]
+  #     docs/performance_runs/gpu docs/performance_runs/gpu_h200
+  outs = [os.path.join(runs, name) for name in ('cpu', 'gpu', 'gpu_h200')]
   assert performance.page(outs) == kept

@@ -163,3 +163,27 @@ def test_evaluator_compiles_only_its_decoders_with_the_decode_options(
   config.decode.compiler_options = ''
   plain = evaluation.Evaluator(config, model, task, parallel.make_mesh())
   assert plain.decode(params, task.eval, beam_size=1).texts == decoded.texts
+
+
+def test_default_decode_options_are_cuda_graphs_that_a_cpu_ignores():
+  config = helpers.tiny_config()
+  # The default: the search loops as CUDA graphs on a GPU, nothing else.
+  assert compiler_options.get_decode(config) == {
+      'xla_gpu_enable_command_buffer': (
+          'FUSION,CUBLAS,CUBLASLT,CUSTOM_CALL,CUDNN,CONDITIONAL,WHILE'
+      )
+  }
+  model = helpers.make_model(config)
+  params = helpers.init_params(model)
+  source = jnp.asarray(np.random.RandomState(1).randint(4, 10, (3, 6)))
+  outputs = []
+  for text in (config.decode.compiler_options, ''):
+    config.decode.compiler_options = text
+    decode_fn = decode.make_decode_fn(
+        model,
+        config.decode,
+        beam_size=2,
+        compiler_options=compiler_options.get_decode(config),
+    )
+    outputs.append(np.asarray(decode_fn(params, source).tokens))
+  np.testing.assert_array_equal(*outputs)

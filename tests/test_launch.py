@@ -609,7 +609,7 @@ def test_the_script_writes_every_file_the_performance_page_reads(tmp_path):
       entry[0]
       for entry in performance_text.GPU_LEVERS + performance_kinds.GPU_KINDS
   ]
-  assert len(gpu_only) == 6 and not set(gpu_only) & written
+  assert len(gpu_only) == 9 and not set(gpu_only) & written
   on_gpu = _performance_dry_run(tmp_path, PARTS='levers', PLATFORM='gpu')
   assert on_gpu.returncode == 0, on_gpu.stderr
   assert set(gpu_only) <= set(
@@ -621,9 +621,28 @@ def test_the_script_writes_every_file_the_performance_page_reads(tmp_path):
       for line in on_gpu.stdout.splitlines()
       if re.search(r'/kinds_\w*_cuda_graphs\.json', line)
   ]
-  assert len(graphs) == 3
+  assert len(graphs) == 5
   for line in graphs:
     assert line.count('compiler_options=--xla_gpu_enable_command_buffer') == 2
+  # The decoders' default is CUDA graphs on a GPU: the other comparisons turn
+  # it off on both sides, and the decoding lever on its default-less side.
+  plain = (
+      '--config.decode.compiler_options= --compare.decode.compiler_options= '
+  )
+  kinds_lines = [
+      line
+      for line in on_gpu.stdout.splitlines()
+      if re.search(r'/kinds_\w*\.json', line) and line not in graphs
+  ]
+  assert len(kinds_lines) == 9
+  assert all(plain in line for line in kinds_lines)
+  lever = next(
+      line
+      for line in on_gpu.stdout.splitlines()
+      if 'cuda_graphs_decode' in line
+  )
+  assert ' --compare.decode.compiler_options= ' in lever
+  assert '--config.decode.compiler_options' not in lever
 
 
 def test_the_fastest_training_pairs_run_on_all_cores_too(tmp_path):

@@ -165,4 +165,26 @@ GPU_KINDS = (
         ),
         "As flexible's table above, both decoders as CUDA graphs.",
     ),
+    (
+        'kinds_flexible_L150_long_batch512_cuda_graphs.json',
+        (
+            'flexible (tau = 1.2) against global general, 140-150 tokens, 512'
+            ' sentences per batch, both as CUDA graphs'
+        ),
+        (
+            "As flexible's table above, decoding 1,000 sentences in batches"
+            ' of 512, both decoders as CUDA graphs.'
+        ),
+    ),
+    (
+        'kinds_flexible_L150_rnnsearch_same_model_cuda_graphs.json',
+        (
+            "flexible (tau = 1.2) against global concat in Shu & Nakayama's"
+            ' base model, 140-150 tokens, both as CUDA graphs'
+        ),
+        (
+            'As the RNNsearch table above (the same model, global concat'
+            ' attention), both decoders as CUDA graphs.'
+        ),
+    ),
 )

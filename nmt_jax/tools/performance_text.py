@@ -19,9 +19,10 @@ where the machine has one, or `TORCH=...`) time both toolkits there
 takes both runs: `python -m nmt_jax.tools.performance /tmp/perf
 /tmp/perf_gpu`.
 
-The JSON files behind this page are kept in `docs/performance_runs/cpu/` and
-`docs/performance_runs/gpu/` (`python -m nmt_jax.tools.performance
-docs/performance_runs/cpu docs/performance_runs/gpu` writes the page again;
+The JSON files behind this page are kept in `docs/performance_runs/cpu/`,
+`docs/performance_runs/gpu/` (H100) and `docs/performance_runs/gpu_h200/`
+(`python -m nmt_jax.tools.performance docs/performance_runs/cpu
+docs/performance_runs/gpu docs/performance_runs/gpu_h200` writes the page again;
 a `notes.md` beside a directory's files is shown under its heading); one part
 can be measured again into a copy of them with `PARTS=...` (e.g.
 `PARTS="startup page"`), and single runs with `ONLY="name ..."`.
@@ -207,8 +208,18 @@ GPU_LEVERS = (
         ),
     ),
     (
+        'lever_cuda_graphs_train_no_loops.json',
+        (
+            'training kernels as CUDA graphs without the loops'
+            " (`...=FUSION,CUBLAS,CUBLASLT,CUSTOM_CALL,CUDNN`) vs XLA's default"
+        ),
+    ),
+    (
         'lever_cuda_graphs_decode.json',
-        'search loops as CUDA graphs (the same option) vs the default',
+        (
+            'search loops as CUDA graphs (the same option, the default of'
+            ' `decode.compiler_options` since 2026-11-27) vs none'
+        ),
     ),
 )
 
