@@ -15,6 +15,7 @@ for any number of processes.
 """
 
 import functools
+import itertools
 import os
 import sys
 import threading
@@ -102,9 +103,8 @@ def initialize_distributed(
         initialization_timeout=timeout_seconds + 60,
     )
   except (RuntimeError, ValueError) as e:
-    first = (str(e).strip().splitlines() or [type(e).__name__])[0]
     raise DistributedError(
-        f'could not join the distributed run at {where} ({first[:200]}); '
+        f'could not join the distributed run at {where} ({_first_line(e)}); '
         'check --coordinator_address, --num_processes and --process_id'
     ) from None
   finally:
@@ -118,30 +118,51 @@ def initialize_distributed(
   )
 
 
+# How long the other processes wait for process 0's part of process_0_first:
+# a corpus download and a SentencePiece build can take hours.
+PROCESS_0_FIRST_WAIT_S = 24 * 3600
+_process_0_first_calls = itertools.count()
+
+
 def process_0_first(fn: Callable[[], Any], what: str) -> Any:
   """fn() on process 0, then on the others once it has returned.
 
-  For work the processes must not do at once, such as building the
-  vocabularies into the shared workdir (SentencePiece samples its training
-  sentences at random: each process would build another one): the others
-  then read what process 0 wrote. If it fails there, every process stops,
-  the others with one line.
+  For work the processes must not do at once, such as downloading a corpus
+  or building the vocabularies into the shared workdir (SentencePiece
+  samples its training sentences at random: each process would build
+  another one): the others then read what process 0 wrote. If it fails
+  there, every process stops, the others with one line. The others wait on
+  the coordination service's key-value store, not in a collective, whose
+  first call on a CPU gives up after 30 s.
   """
   if jax.process_count() == 1:
     return fn()
-  result, failure = None, None
+  # Every process calls in the same order, so the n-th call has one key.
+  key = f'nmt_jax/process_0_first/{next(_process_0_first_calls)}'
+  from orbax.checkpoint import multihost  # pylint: disable=g-import-not-at-top
+
+  client = multihost.get_jax_distributed_client()
   if jax.process_index() == 0:
     try:
       result = fn()
-    except Exception as e:  # pylint: disable=broad-except
-      failure = e
-  # A collective: the others wait here while process 0 works.
-  succeeded = multihost_utils.broadcast_one_to_all(np.int32(failure is None))
-  if failure is not None:
-    raise failure
-  if not int(succeeded):
+    except BaseException:
+      client.key_value_set(key, 'failed')
+      raise
+    client.key_value_set(key, 'done')
+    return result
+  try:
+    status = client.blocking_key_value_get(key, PROCESS_0_FIRST_WAIT_S * 1000)
+  except jax.errors.JaxRuntimeError as e:
+    raise UserError(
+        f'process 0 did not finish {what} ({_first_line(e)}); its log says why'
+    ) from None
+  if status != 'done':
     raise UserError(f'process 0 failed {what}; its log says why')
-  return fn() if jax.process_index() else result
+  return fn()
+
+
+def _first_line(error: BaseException) -> str:
+  return (str(error).strip().splitlines() or [type(error).__name__])[0][:200]
 
 
 # ----------------------------------------------------------------- the mesh

@@ -137,10 +137,13 @@ def prepare(config, workdir: str) -> dataset.Task:
     )
   created = workdirs.prepare(workdir)
   try:
-    data.prepare_corpus(config.data)
+    # One download (into a shared TFDS data dir: at once they collide).
     task = parallel.process_0_first(
-        lambda: data.load_task(config.data, config.seed, workdir, True),
-        'loading the data',
+        lambda: (
+            data.prepare_corpus(config.data),
+            data.load_task(config.data, config.seed, workdir, True),
+        )[1],
+        'preparing the data',
     )
   except BaseException:
     if created:

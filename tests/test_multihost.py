@@ -262,5 +262,44 @@ def test_process_0_builds_the_vocabulary_the_others_read_it(tmp_path):
   assert [status for status, _ in results] == [2, 2], results[1][1][-2000:]
   assert 'spm_shared.model' in lasts[0], lasts[0]
   assert (
-      lasts[1] == 'error: process 0 failed loading the data; its log says why'
+      lasts[1] == 'error: process 0 failed preparing the data; its log says why'
   )
+
+
+WAIT_FOR_PROCESS_0 = """
+import sys, time, jax
+jax.distributed.initialize(sys.argv[1], 2, int(sys.argv[2]))
+from nmt_jax import parallel
+def work():
+  if jax.process_index() == 0:
+    time.sleep(35)
+  return jax.process_index()
+print('returned', parallel.process_0_first(work, 'sleeping'))
+"""
+
+
+def test_the_others_wait_for_process_0_longer_than_a_collective_would():
+  """A corpus download or vocabulary build on process 0 takes minutes to
+  hours; the others waited in a collective, whose first call on a CPU gave
+  up after 30 s (gloo: DEADLINE_EXCEEDED)."""
+  address = f'localhost:{free_port()}'
+  processes = [
+      subprocess.Popen(
+          [sys.executable, '-c', WAIT_FOR_PROCESS_0, address, str(i)],
+          cwd=ROOT,
+          env=conftest.subprocess_env(),
+          stdout=subprocess.PIPE,
+          stderr=subprocess.PIPE,
+          text=True,
+      )
+      for i in (0, 1)
+  ]
+  try:
+    outputs = [p.communicate(timeout=150) for p in processes]
+  finally:
+    for p in processes:
+      if p.poll() is None:
+        p.kill()
+  for i, (p, (out, err)) in enumerate(zip(processes, outputs)):
+    assert p.returncode == 0, err[-2000:]
+    assert out.split() == ['returned', str(i)]
