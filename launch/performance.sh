@@ -19,7 +19,7 @@
 # (names of runs, as in OUT) some runs only. ~2 h on 2 cores. A training
 # repetition is STEPS (10) steps in the levers' in-process comparisons and
 # PAIR_STEPS (27) in the runs paired with OpenNMT-py, whose figure is one
-# window of 80 steps: 3 x 27 covers as many batches.
+# window of 80 steps (50 at L = 100): 3 x 27 covers as many batches.
 # PLATFORM=gpu times both toolkits on the GPU instead (a CUDA build of JAX
 # here and of torch in PEER_VENV; OpenNMT-py with -gpu_ranks 0 / -gpu 0):
 # nothing is pinned, the all-cores part is skipped and every training
@@ -124,7 +124,8 @@ peer_train() { # L THREADS NAME
 peer_decode() { # L THREADS BEAM NAME
   [[ -n "$PEER_VENV" ]] || return 0
   local length=$1 threads=$2 beam=$3 name=$4
-  # The checkpoint the first training run of this L saved.
+  # The checkpoint the latest training run of this L saved (each run writes
+  # the same file; EOS is blocked, so which one does not change the timing).
   local model="$OUT/peer_model_L${length}_step_$((15 + (length > 50 ? 50 : 80) + 1)).pt"
   pin "$threads"
   run "$name" env TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD=1 OMP_NUM_THREADS="$threads" \
@@ -188,7 +189,7 @@ best_pairs() { # L THREADS: REPEATS pairs, OpenNMT-py then nmt_jax with the
 ALL=$(nproc)
 if part all; then
   # Training REPEATS pairs, decoding one run of each (the peer decodes the
-  # checkpoint of its first training run).
+  # checkpoint of its latest training run).
   for L in $LENGTHS; do
     for r in $(seq 1 "$REPEATS"); do
       peer_train "$L" "$ALL" "peer_train_L${L}_t${ALL}_r$r"

@@ -72,13 +72,17 @@ _THREADS = flags.DEFINE_integer(
     'CPU threads (pins the process to that many cores); default: all.',
 )
 _REPEATS = flags.DEFINE_integer(
-    'repeats', 3, 'Timed repetitions (the one of median rate is reported).'
+    'repeats',
+    3,
+    'Timed repetitions (the one of median rate is reported).',
+    lower_bound=1,
 )
 _STEPS = flags.DEFINE_integer(
     'steps',
     10,
     'train: timed steps per repetition; startup: steps of each training run;'
     ' ops: traced steps.',
+    lower_bound=1,
 )
 _WORKDIR = flags.DEFINE_string(
     'workdir',
@@ -89,8 +93,14 @@ _WORKDIR = flags.DEFINE_string(
 _MODES = flags.DEFINE_list(
     'modes', 'greedy,beam,forced', 'decode: modes to time.'
 )
+flags.register_validator(
+    'modes',
+    lambda modes: bool(modes) and set(modes) <= {'greedy', 'beam', 'forced'},
+    "--modes takes greedy, beam and forced, comma-separated (the beam's size"
+    ' is --config.decode.beam_size)',
+)
 _NUM_SENTENCES = flags.DEFINE_integer(
-    'num_sentences', None, 'decode: sentences (default: all).'
+    'num_sentences', None, 'decode: sentences (default: all).', lower_bound=1
 )
 _VOCAB_SIZE = flags.DEFINE_integer(
     'vocab_size', 16_000, 'train_memory: words per side (the WMT BPE size).'
@@ -114,6 +124,7 @@ _SENTENCES_PER_BATCH = flags.DEFINE_integer(
     " mode (decode.batch_size = sentences x beam size), as OpenNMT-py's"
     ' -batch_size N -batch_type sents; default: decode.batch_size'
     ' hypotheses.',
+    lower_bound=1,
 )
 _PEER = flags.DEFINE_list(
     'peer',
@@ -314,6 +325,11 @@ def main(argv):
         ' train|decode|data|train_memory|startup|ops'
         ' --config=... [--json=PATH]'
     )
+  # Flags a command does not read would be dropped without a word.
+  if _COMPARE.present and argv[1] not in ('train', 'decode', 'train_memory'):
+    raise app.UsageError(f'bench {argv[1]} takes no --compare')
+  if _PEER.value and argv[1] not in ('train', 'decode'):
+    raise app.UsageError(f'bench {argv[1]} takes no --peer')
   std_logging.getLogger('absl').addFilter(writers.QuietLibraries())
   try:
     bench.pin_threads(_THREADS.value)  # before JAX starts its backend

@@ -158,16 +158,21 @@ def _write_eval(config, target: str, result, rows, record: bool):
       os.path.join(target, 'eval_hypotheses.txt'),
       ''.join(row[0][0] + '\n' for row in rows),
   )
+  nbest = os.path.join(target, 'eval_nbest.txt')
+  alignments = os.path.join(target, 'eval_alignments.txt')
+  # An earlier evaluation's files would no longer match these hypotheses.
+  for path, wanted in (
+      (nbest, config.decode.nbest),
+      (alignments, config.decode.alignments),
+  ):
+    if not wanted and os.path.exists(path):
+      os.remove(path)
   if config.decode.nbest:
     writers.write_text(
-        os.path.join(target, 'eval_nbest.txt'),
-        ''.join(_nbest_lines(i, row) for i, row in enumerate(rows)),
+        nbest, ''.join(_nbest_lines(i, row) for i, row in enumerate(rows))
     )
   if config.decode.alignments:
-    writers.write_text(
-        os.path.join(target, 'eval_alignments.txt'),
-        ''.join(row[0][2] + '\n' for row in rows),
-    )
+    writers.write_text(alignments, ''.join(row[0][2] + '\n' for row in rows))
   if record:
     writer = writers.MetricWriter(target)
     writer.write(result['checkpoint_step'], 'eval', evaluation.scalars(result))

@@ -168,16 +168,22 @@ def run(config, workdir: str, mode: str):
       lines = _read_pairs()
     else:
       lines = _read_input(_INPUT.value, 'input')
-    _check_output(_OUTPUT.value)  # before decoding, not after
+    output = _check_output(_OUTPUT.value)  # before decoding, not after
     if mode == 'score':
       out = inference.score(config, paths, lines)
     else:
       out = inference.translate(config, paths, lines)
-    if _OUTPUT.value == '-':
-      sys.stdout.write(''.join(h + '\n' for h in out))
+    if jax.process_index() != 0:  # every process decodes; one writes
+      return
+    text = ''.join(h + '\n' for h in out)
+    if output is None:
+      sys.stdout.write(text)
       sys.stdout.flush()
-    else:
-      writers.write_text(_OUTPUT.value, ''.join(h + '\n' for h in out))
+    elif os.path.isfile(output) or not os.path.exists(output):
+      writers.write_text(output, text)  # whole or not at all
+    else:  # a FIFO or a device: written into, never replaced
+      with open(output, 'w', encoding='utf-8') as f:
+        f.write(text)
 
 
 def _read_pairs():
@@ -244,17 +250,28 @@ def _read_input(path: str, flag: str):
 
 
 def _check_output(path: str):
+  """--output's file to write (None: stdout), checked before decoding.
+
+  A symbolic link is written at its target (replacing the link would lose
+  it); a FIFO or a device (/dev/stdout) is opened and written into.
+  """
   if path == '-':
-    return
-  folder = os.path.dirname(os.path.abspath(path))
+    return None
+  target = os.path.realpath(path)
+  folder = os.path.dirname(target)
   if not os.path.isdir(folder):
     raise errors.UserError(
         f'--output={path}: folder {folder} does not exist; create it first'
     )
-  if not os.access(folder, os.W_OK) or os.path.isdir(path):
+  special = os.path.exists(target) and not os.path.isfile(target)
+  writable = (
+      os.access(target, os.W_OK) if special else os.access(folder, os.W_OK)
+  )
+  if not writable or os.path.isdir(target):
     raise errors.UserError(
         f'--output={path} cannot be written; give a writable file path'
     )
+  return target
 
 
 _fail = cli_flags.fail

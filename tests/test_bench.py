@@ -112,6 +112,31 @@ def test_bench_peer_that_matches_nothing_is_one_line(tmp_path):
   assert out.stderr.strip().splitlines()[-1].startswith('error: --peer=')
 
 
+@pytest.mark.parametrize(
+    'command,flag,message',
+    [
+        ('decode', '--modes=greedy,beam10', '--modes takes greedy, beam and'),
+        ('decode', '--repeats=0', '--repeats=0: 0 is not a positive'),
+        ('decode', '--num_sentences=0', '--num_sentences=0: 0 is not a'),
+        ('train', '--steps=0', '--steps=0: 0 is not a positive'),
+        ('ops', '--compare=configs/memory_k64.py:tiny', 'takes no --compare'),
+        ('startup', '--peer=x.json', 'bench startup takes no --peer'),
+    ],
+)
+def test_bench_flag_mistakes_stop_before_any_work(command, flag, message):
+  """They crashed after compiling (TypeError, StatisticsError, ...) or were
+  dropped without a word."""
+  out = conftest.run_module(
+      'nmt_jax.bench',
+      command,
+      '--config=configs/global_general.py:tiny',
+      flag,
+      check=False,
+  )
+  assert out.returncode == 1 and message in out.stderr, out.stderr[-1000:]
+  assert 'Traceback' not in out.stderr
+
+
 def test_bench_decode_json_with_compare(tmp_path):
   path = tmp_path / 'decode.json'
   write_peer_decode(tmp_path / 'peer_b1.json', 1, seconds=2.0, cpu_seconds=4.0)
@@ -376,6 +401,17 @@ def test_the_performance_page_pairs_processes_of_a_process_lever(tmp_path):
   assert 'x1.05 [0.90 - 1.20] target tok/s' in row, row
   assert 'x1.05 [0.90 - 1.20] per CPU s (2 pairs of processes)' in row, row
   assert 'kernel 0.0% vs 20.0%' in row, row
+
+
+def test_train_bench_warms_up_every_bucket_before_timing():
+  """The warm-up ran the first --steps batches, which missed buckets (16
+  fitted buckets in 10 steps): their slow first runs were timed."""
+  config = default_config.get_config('tiny')
+  config.data.max_length = 30
+  config.data.bucketing, config.data.num_buckets = 'fitted', 12
+  one = bench_lib.TrainBench(config, num_steps=2)
+  stream = {one.batches.examples(s)[1] for s in range(200)}
+  assert len(stream) > 2 and one.warm_lengths == sorted(stream)
 
 
 def test_bench_train_compare_alternates_and_pairs_repetitions(tmp_path):

@@ -132,14 +132,17 @@ def test_eval_and_translate_modes(trained, tmp_path):
   source = tmp_path / 'input.txt'
   source.write_text('a b c\nf e d c b a\n\nb\n')
   target = tmp_path / 'output.txt'
+  link = tmp_path / 'link.txt'  # written at its target, not replaced
+  link.symlink_to(target)
   nmt(
       f'--config={CONFIG}',
       f'--workdir={trained}',
       '--mode=translate',
       f'--input={source}',
-      f'--output={target}',
+      f'--output={link}',
       *QUICK,
   )
+  assert link.is_symlink()
   lines = target.read_text().splitlines()
   assert len(lines) == 4 and lines[2] == ''  # one output line per input line
   assert all(set(line.split()) <= set('abcdef') for line in lines)

@@ -108,6 +108,10 @@ def test_alignments_of_a_trained_copy_model_are_the_diagonal(
   )
   assert translation.source == ['a', 'b', 'c', 'd', 'e', 'f', '</s>']
   assert translation.hypothesis[:6] == translation.source[:6]
+  if not reverse:
+    # An evaluation without alignments leaves none of an earlier one's.
+    nmt(*COPY, f'--workdir={workdir}', '--mode=eval')
+    assert not os.path.exists(os.path.join(workdir, 'eval_alignments.txt'))
   np.testing.assert_array_equal(
       np.argmax(translation.weights[:6], axis=1), np.arange(6)
   )

@@ -204,8 +204,8 @@ def lever_rows(out: str, levers=text.LEVERS) -> List[str]:
           f'{k} x{_summary(_decode_pairs(this[k], other[k]))}' for k in speedup
       )
       notes = ', '.join(
-          f"{k} {this[k]['ms_per_sentence']:.2f} vs "
-          f"{other[k]['ms_per_sentence']:.2f} ms/sent"
+          f"{k} {this[k]['ms_per_sentence']:#.3g} vs "
+          f"{other[k]['ms_per_sentence']:#.3g} ms/sent"
           for k in speedup
       )
       notes += f'; {text.decode_batching(result)}'
@@ -358,8 +358,8 @@ def kind_sections(out: str, where: str) -> List[str]:
     for label in result.get('speedup', {}):
       this, other = result['this'][label], result['other'][label]
       parts.append(
-          f"| {label} | {this['ms_per_sentence']:.2f} "
-          f"| {other['ms_per_sentence']:.2f} "
+          f"| {label} | {this['ms_per_sentence']:#.3g} "
+          f"| {other['ms_per_sentence']:#.3g} "
           f'| x{_summary(_decode_pairs(this, other))} |'
       )
       if hlo.most_ops(this) and hlo.most_ops(other):
@@ -389,11 +389,11 @@ def sections(out: str) -> List[str]:
     runs.append((counts[-1], f'CPU, all cores ({counts[-1]} threads)'))
   first = 'cpu' if on_cpu else 'wall'
   for threads, title in runs:
-    parts.append(f'## {title}\n\n{text.TABLE_HEAD[first]}')
-    parts.extend(
-        training_rows(out, threads, first) + decoding_rows(out, threads, first)
+    rows = training_rows(out, threads, first) + decoding_rows(
+        out, threads, first
     )
-    parts.append('')
+    if rows:  # a machine that ran levers only has no toolkit table
+      parts.extend([f'## {title}\n\n{text.TABLE_HEAD[first]}', *rows, ''])
   where = runs[0][1]
   parts.append(
       f'## Levers, each alone ({where}, L = 50)\n\n'
