@@ -462,6 +462,22 @@ def test_tfds_prepare_offline_says_where_to_put_the_files(
   assert 'tfds_manual_dir' in message and '\n' not in message
 
 
+def test_tfds_prepare_into_an_unwritable_folder_names_the_data_dir(
+    tmp_path, monkeypatch
+):
+  """It blamed the network for every failure."""
+  tfds = pytest.importorskip('tensorflow_datasets')
+
+  def exists(*args, **kwargs):  # another process's download renamed first
+    raise FileExistsError('Cannot rename incomplete.X_1.0.0: 1.0.0 exists')
+
+  monkeypatch.setattr(tfds.core.DatasetBuilder, 'download_and_prepare', exists)
+  config = tfds_config(tfds_data_dir=str(tmp_path / 'tfds'))
+  with pytest.raises(DataError, match='check --config.data.tfds_data_dir') as e:
+    data.prepare_corpus(config.data)
+  assert 'tfds_manual_dir' not in str(e.value)
+
+
 # ----------------------------------------------------------------- encoded-corpus cache
 
 

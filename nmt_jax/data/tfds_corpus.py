@@ -6,6 +6,7 @@ TensorFlow. tensorflow-datasets is the optional 'data' extra, imported only
 here and only when a tfds: corpus is used.
 """
 
+import errno
 import importlib
 from typing import Optional
 
@@ -95,10 +96,20 @@ def prepare(data_config):
   # Broad on purpose (network, missing manual files, ...).
   except Exception as e:  # pylint: disable=broad-except
     first = (str(e).strip().splitlines() or [type(e).__name__])[0][:300]
-    raise DataError(
-        f'could not prepare {name} ({first}); without network, download its'
-        ' files elsewhere and place them in --config.data.tfds_manual_dir'
-    ) from None
+    local = (
+        isinstance(e, (FileExistsError, PermissionError, NotADirectoryError))
+        or getattr(e, 'errno', None) == errno.ENOSPC
+    )
+    fix = (
+        f'check --config.data.tfds_data_dir ({builder.data_dir}): it must be'
+        ' a writable folder with room for the corpus'
+        if local
+        else (
+            'without network, download its files elsewhere and place them'
+            ' in --config.data.tfds_manual_dir'
+        )
+    )
+    raise DataError(f'could not prepare {name} ({first}); {fix}') from None
 
 
 def _as_text(value) -> str:
