@@ -29,6 +29,7 @@ from jax.sharding import Mesh
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 import numpy as np
+from orbax.checkpoint import multihost as ocp_multihost
 
 from nmt_jax.errors import ConfigError
 from nmt_jax.errors import UserError
@@ -139,9 +140,7 @@ def process_0_first(fn: Callable[[], Any], what: str) -> Any:
     return fn()
   # Every process calls in the same order, so the n-th call has one key.
   key = f'nmt_jax/process_0_first/{next(_process_0_first_calls)}'
-  from orbax.checkpoint import multihost  # pylint: disable=g-import-not-at-top
-
-  client = multihost.get_jax_distributed_client()
+  client = ocp_multihost.get_jax_distributed_client()
   if jax.process_index() == 0:
     try:
       result = fn()

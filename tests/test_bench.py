@@ -462,7 +462,7 @@ def test_the_performance_page_compares_attention_kinds_per_pair(tmp_path):
   text = performance.page([str(tmp_path)])
   row = next(line for line in text.splitlines() if line.startswith('| beam10'))
   # global / flexible per pair: 1.2, 0.9, 1.1.
-  assert row == '| beam10 | 10.00 | 12.00 | x1.10 [0.90 - 1.20] |'
+  assert row == '| beam10 | 10.0 | 12.0 | x1.10 [0.90 - 1.20] |'
   # The batches are stated: a file without sentences_per_batch predates it.
   assert (
       'Batches: beam search in batches of `decode.batch_size` hypotheses'
