@@ -408,8 +408,8 @@ def test_train_bench_warms_up_every_bucket_before_timing():
   fitted buckets in 10 steps): their slow first runs were timed."""
   config = default_config.get_config('tiny')
   config.data.max_length = 30
-  config.data.bucketing, config.data.num_buckets = 'fitted', 12
-  one = bench_lib.TrainBench(config, num_steps=2)
+  config.data.bucketing, config.data.num_buckets = 'fitted', 4
+  one = bench_lib.TrainBench(config, num_steps=1)
   stream = {one.batches.examples(s)[1] for s in range(200)}
   assert len(stream) > 2 and one.warm_lengths == sorted(stream)
 
