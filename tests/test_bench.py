@@ -357,6 +357,15 @@ def test_a_chunked_loss_shrinks_the_memory_plan_of_a_step():
   assert whole['parameters'] == chunked['parameters']
   # At least one [B, T, V] array less (the logits and softmax of the whole).
   assert chunked['temp_mb'] < whole['temp_mb'] - whole['logits_mb']
+  # The state is donated, as in training: the new one is written over it.
+  for plan in (whole, chunked):
+    assert plan['donated'] and plan['alias_mb'] > 0.9 * plan['outputs_mb']
+    assert plan['peak_mb'] == pytest.approx(
+        plan['temp_mb']
+        + plan['arguments_mb']
+        + plan['outputs_mb']
+        - plan['alias_mb']
+    )
 
 
 def test_the_performance_page_pairs_runs_and_reports_the_median_ratio(

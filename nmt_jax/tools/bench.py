@@ -301,7 +301,8 @@ def bench_memory(config, vocab_size: int) -> Dict[str, Any]:
   data.max_length + 1 tokens) with `vocab_size` words on each side, compiled
   from shapes alone (nothing is allocated, no data is read): `temp_mb` is
   the step's working memory (activations, logits, gradients in flight);
-  `arguments_mb` the state and batch it takes.
+  `arguments_mb` the state and batch it takes, donated as in training
+  (`alias_mb` of the outputs reuse them).
   """
   config = validation.resolve(config)
   model = models.Seq2Seq(config.model, vocab_size, vocab_size)
@@ -323,7 +324,10 @@ def bench_memory(config, vocab_size: int) -> Dict[str, Any]:
   step = functools.partial(
       steps.train_step, model=model, optimizer=optimizer, config=config
   )
-  jitted = jax.jit(step, compiler_options=compiler_options.get(config))
+  # Donated as in training, so XLA may write the new state over the old.
+  jitted = jax.jit(
+      step, donate_argnums=0, compiler_options=compiler_options.get(config)
+  )
   analysis = jitted.lower(state, batch).compile().memory_analysis()
   mb = lambda n: n / 2**20
   params = sum(x.size for x in jax.tree_util.tree_leaves(state.params))
@@ -336,6 +340,15 @@ def bench_memory(config, vocab_size: int) -> Dict[str, Any]:
       'temp_mb': mb(analysis.temp_size_in_bytes),
       'arguments_mb': mb(analysis.argument_size_in_bytes),
       'outputs_mb': mb(analysis.output_size_in_bytes),
+      # Outputs written over donated arguments (the new state over the old).
+      'alias_mb': mb(analysis.alias_size_in_bytes),
+      'donated': True,
+      'peak_mb': mb(
+          analysis.temp_size_in_bytes
+          + analysis.argument_size_in_bytes
+          + analysis.output_size_in_bytes
+          - analysis.alias_size_in_bytes
+      ),
       # [B, T, V] float32: one array of logits (the softmax is another).
       'logits_mb': mb(4 * rows * length * vocab_size),
   }

@@ -49,13 +49,10 @@ def _runs(out: str, pattern: str) -> Dict[int, str]:
 def _summary(values: Sequence[float], digits: int = 2) -> str:
   if not values:
     return 'not measured'
-  median = statistics.median(values)
+  shown = f'{statistics.median(values):,.{digits}f}'
   if len(values) == 1:
-    return f'{median:,.{digits}f}'
-  return (
-      f'{median:,.{digits}f} [{min(values):,.{digits}f} -'
-      f' {max(values):,.{digits}f}]'
-  )
+    return shown
+  return f'{shown} [{min(values):,.{digits}f} - {max(values):,.{digits}f}]'
 
 
 def _rate(values: Sequence[float]) -> str:
@@ -259,10 +256,12 @@ def process_lever_rows(out: str) -> List[str]:
 def memory_rows(out: str) -> List[str]:
   rows = []
   for path in sorted(glob.glob(os.path.join(out, 'train_memory_chunk*.json'))):
-    this = _load(path)['this']
+    m = _load(path)['this']  # before 2026-11-27: not donated, no peak_mb
+    peak = m.get('peak_mb', m['temp_mb'] + m['arguments_mb'] + m['outputs_mb'])
     rows.append(
-        f"| {this['loss_chunk'] or 'off'} | {this['temp_mb']:,.0f} "
-        f"| {this['arguments_mb']:,.0f} | {this['logits_mb']:,.0f} |"
+        f"| {m['loss_chunk'] or 'off'} | {'yes' if m.get('donated') else 'no'} "
+        f"| {m['temp_mb']:,.0f} | {m['arguments_mb']:,.0f} | {peak:,.0f} "
+        f"| {m['logits_mb']:,.0f} |"
     )
   return rows
 

@@ -274,10 +274,12 @@ MEMORY = """
 
 XLA's memory plan (`bench train_memory`): memory K = 64, 512 units, 16k words
 per side, batch 128, L = 50; `train.loss_chunk` computes the softmax and loss
-a few target positions at a time.
+a few target positions at a time. With the state donated, as training does,
+XLA writes the new state over the old; peak = temp + arguments + outputs -
+the outputs written over donated arguments.
 
-| loss_chunk | temp MB | arguments MB | one [B, T, V] logits MB |
-|---|---:|---:|---:|"""
+| loss_chunk | state donated | temp MB | arguments MB | peak MB | one [B, T, V] logits MB |
+|---|---|---:|---:|---:|---:|"""
 
 
 def decode_batching(result) -> str:
