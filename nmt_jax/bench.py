@@ -167,10 +167,16 @@ def describe(config) -> Dict[str, Any]:
       'hidden_size': m.hidden_size,
       'embed_size': m.embed_size,
       'layers': [m.num_encoder_layers, m.num_decoder_layers],
+      # Britz et al.'s copy model sets the first two (bidirectional=all,
+      # bridge=copy): the JSON says which model ran.
+      'bidirectional': m.bidirectional,
+      'bridge': m.bridge,
+      'input_feeding': m.input_feeding,
       'dtype': m.dtype,
       'max_length': config.data.max_length,
       'batch_size': config.train.batch_size,
       'beam_size': config.decode.beam_size,
+      'decode_batch_size': config.decode.batch_size,
       'compiler_options': config.compiler_options,
       'decode_compiler_options': config.decode.get('compiler_options', ''),
   }

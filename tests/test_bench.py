@@ -70,6 +70,12 @@ def test_bench_train_json(tmp_path):
   assert result['threads'] == 1
   assert result['platform'] == 'cpu' and result['device_count'] >= 1
   assert result['config']['dtype'] == 'float32'
+  # The model switches a figure depends on (Britz's copy model sets two).
+  assert (
+      result['config']['bidirectional'],
+      result['config']['bridge'],
+      result['config']['input_feeding'],
+  ) == ('bottom', 'dense', True)
   for key in (
       'tokens_per_sec',
       'tokens_per_cpu_sec',
