@@ -135,16 +135,16 @@ def prepare(config, workdir: str) -> dataset.Task:
         'data.name=%s is generated on the fly; nothing to prepare',
         config.data.name,
     )
+
+  def prepare_and_load():
+    # On process 0 first: downloads into a shared TFDS data dir at once
+    # collide (and the vocabularies are built once).
+    data.prepare_corpus(config.data)
+    return data.load_task(config.data, config.seed, workdir, True)
+
   created = workdirs.prepare(workdir)
   try:
-    # One download (into a shared TFDS data dir: at once they collide).
-    task = parallel.process_0_first(
-        lambda: (
-            data.prepare_corpus(config.data),
-            data.load_task(config.data, config.seed, workdir, True),
-        )[1],
-        'preparing the data',
-    )
+    task = parallel.process_0_first(prepare_and_load, 'preparing the data')
   except BaseException:
     if created:
       workdirs.remove_if_empty(workdir)  # a failed download leaves nothing
