@@ -206,7 +206,9 @@ def translate(config, paths: Sequence[str], lines) -> List[str]:
         'translate got no input sentences; pass --input=FILE or pipe text '
         'on stdin'
     )
-  task, scorer, mesh, params, _ = workdirs.restore_scorer(config, paths)
+  task, scorer, mesh, params, _ = workdirs.restore_scorer(
+      config, paths, corpus=False
+  )
   split = dataset.sentences_split(
       [line for _, line in numbered],
       task.source_vocab,
@@ -240,7 +242,9 @@ def score(config, paths: Sequence[str], pairs) -> List[str]:
         'score got no sentence pairs; give --source=FILE --target=FILE or'
         ' tab-separated pairs on stdin'
     )
-  task, scorer, mesh, params, _ = workdirs.restore_scorer(config, paths)
+  task, scorer, mesh, params, _ = workdirs.restore_scorer(
+      config, paths, corpus=False
+  )
   numbers = [number for number, _, _ in pairs]
   sources = dataset.sentences_split(
       [s for _, s, _ in pairs],

@@ -315,14 +315,16 @@ def _check_has_checkpoints(workdir: str):
     )
 
 
-def restore_for_inference(config, workdir: str):
+def restore_for_inference(config, workdir: str, corpus: bool = True):
   """(task, model, mesh, params, step) of the workdir's best checkpoint.
 
-  `config` is resolved (validation.resolve).
+  `config` is resolved (validation.resolve). Without `corpus` the task has
+  the vocabularies only (data.load_vocab_task): enough to translate or score
+  given sentences, and the corpus is not read.
   """
   _check_has_checkpoints(workdir)
   check_identity(config, workdir, 'restoring its checkpoint')
-  task = data.load_task(config.data, config.seed, workdir)
+  task = _load_task(config, workdir, corpus)
   model = steps.create_model(config, task)
   mesh = parallel.make_mesh(config.parallel.mesh_shape)
   params, step = best_params(
@@ -331,16 +333,25 @@ def restore_for_inference(config, workdir: str):
   return task, model, mesh, params, step
 
 
-def restore_scorer(config, paths: Sequence[str]):
+def _load_task(config, workdir: str, corpus: bool):
+  if corpus:
+    return data.load_task(config.data, config.seed, workdir)
+  return data.load_vocab_task(config.data, workdir)
+
+
+def restore_scorer(config, paths: Sequence[str], corpus: bool = True):
   """(task, scorer, mesh, params, steps) for one workdir or an ensemble.
 
   One workdir: its model (checked against `config`), params its tree. Several:
   an ensemble (scorers.Ensemble, params a tuple); each member's model comes
   from its own config.json (attention kinds may differ), `config` gives the
   data (its vocabulary fields must match every member's) and decoding.
+  `corpus` as in restore_for_inference.
   """
   if len(paths) == 1:
-    task, model, mesh, params, step = restore_for_inference(config, paths[0])
+    task, model, mesh, params, step = restore_for_inference(
+        config, paths[0], corpus
+    )
     return task, scorers.Single(model), mesh, params, [step]
   wanted = {
       k: v for k, v in identity_fields(config).items() if k.startswith('data.')
@@ -369,7 +380,7 @@ def restore_scorer(config, paths: Sequence[str]):
         'config: decode.alignments and decode.replace_unk need attention'
         ' weights and no ensemble member has attention; turn them off'
     )
-  task = data.load_task(config.data, config.seed, paths[0])
+  task = _load_task(config, paths[0], corpus)
   mesh = parallel.make_mesh(config.parallel.mesh_shape)
   members, params, steps_ = [], [], []
   for path, member_config in zip(paths, configs):

@@ -2,6 +2,7 @@
 
 import json
 import os
+import shutil
 
 import numpy as np
 import pytest
@@ -271,11 +272,16 @@ def test_prepare_train_eval_translate_on_a_text_corpus(tmp_path):
   from tests.test_cli import nmt  # pylint: disable=g-import-not-at-top
 
   workdir = str(tmp_path / 'run')
+  corpus = tmp_path / 'corpus'
+  corpus.mkdir()
+  for name in os.listdir(os.path.dirname(NUMBERS)):
+    if name.startswith('numbers.'):
+      shutil.copy(os.path.join(os.path.dirname(NUMBERS), name), corpus)
   args = [
       '--config=configs/global_general.py:tiny',
       f'--workdir={workdir}',
       *QUICK,
-      f'--config.data.name=text:{NUMBERS}',
+      f'--config.data.name=text:{corpus}/numbers',
       '--config.data.max_length=60',
       '--config.data.vocab.kind=sentencepiece',
       '--config.data.vocab.size=48',
@@ -290,10 +296,16 @@ def test_prepare_train_eval_translate_on_a_text_corpus(tmp_path):
   with open(os.path.join(workdir, 'eval_results.json')) as f:
     result = f.read()
   assert '"eval_split": "test"' in result and '"num_sentences": 24' in result
+  # Translating and scoring read the workdir's vocabularies, not the corpus:
+  # they run where it is not, and write no encoded cache.
+  corpus.rename(tmp_path / 'away')
+  cached = os.listdir(os.path.join(workdir, encoding.CACHE_DIR))
   translated = nmt(
       *args, '--mode=translate', input_text='Eins zwei drei.\nVier.\n'
   )
   assert len(translated.stdout.splitlines()) == 2
+  scored = nmt(*args, '--mode=score', input_text='Vier.\tfour .\n')
+  assert len(scored.stdout.splitlines()) == 1
   # Attention maps label each piece, as many labels as weights.
   from nmt_jax.tools import attention_maps  # pylint: disable=g-import-not-at-top
 
@@ -302,6 +314,8 @@ def test_prepare_train_eval_translate_on_a_text_corpus(tmp_path):
   )
   assert maps.weights.shape == (len(maps.hypothesis), len(maps.source))
   assert maps.source[-1] == '</s>' and len(maps.source) > 3  # pieces, not words
+  assert os.listdir(os.path.join(workdir, encoding.CACHE_DIR)) == cached
+  (tmp_path / 'away').rename(corpus)
 
   # A different vocabulary in the workdir is refused, and nothing is changed.
   from tests.test_cli import snapshot  # pylint: disable=g-import-not-at-top
@@ -545,6 +559,35 @@ def test_second_load_maps_the_encoded_cache_and_changes_invalidate_it(
       'z',
   ]
   assert len(os.listdir(os.path.join(workdir, encoding.CACHE_DIR))) == 3
+
+
+def test_the_vocabularies_alone_load_without_the_corpus(tmp_path):
+  config = default_config.get_config('tiny')
+  embedded = data.load_task(config.data, 0)
+  alone = data.load_vocab_task(config.data, None)
+  assert alone.source_vocab.tokens == embedded.source_vocab.tokens
+  assert alone.target_vocab.tokens == embedded.target_vocab.tokens
+  assert alone.max_length == embedded.max_length
+  assert not len(alone.train) and not len(alone.eval)
+
+  config.data.name = f'text:{tmp_path}/gone/corpus'
+  config.data.max_length = 60
+  config.data.vocab.size = 48
+  workdir = str(tmp_path / 'run')
+  with pytest.raises(
+      DataError, match=r'vocabulary file .*/vocab/.* is missing'
+  ):
+    data.load_vocab_task(config.data, workdir)
+  config.data.name = f'text:{NUMBERS}'
+  full = data.load_task(config.data, 0, workdir, build_vocab=True)
+  config.data.name = f'text:{tmp_path}/gone/corpus'
+  alone = data.load_vocab_task(config.data, workdir)
+  assert alone.source_vocab.tokens == full.source_vocab.tokens
+  assert alone.target_vocab.tokens == full.target_vocab.tokens
+  assert alone.max_length == full.max_length
+  config.data.vocab.size = 50
+  with pytest.raises(DataError, match='other data.vocab settings'):
+    data.load_vocab_task(config.data, workdir)
 
 
 def test_a_failed_prepare_leaves_no_workdir(tmp_path):

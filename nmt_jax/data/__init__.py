@@ -16,6 +16,7 @@ from typing import Optional
 
 from nmt_jax.data import dataset
 from nmt_jax.data import embedded
+from nmt_jax.data import encoding
 from nmt_jax.data import text
 from nmt_jax.data import tfds_corpus
 from nmt_jax.errors import DataError
@@ -45,17 +46,39 @@ def load_task(
   )
 
 
-def _load_task(data_config, seed, workdir, build_vocab) -> dataset.Task:
-  name = data_config.name
-  if name.startswith('text:'):
-    return text.load_task(data_config, workdir, build_vocab)
-  if name.startswith('tfds:'):
-    return tfds_corpus.load_task(data_config, workdir, build_vocab)
+def load_vocab_task(data_config, workdir: Optional[str]) -> dataset.Task:
+  """The task's vocabularies and max_length, with empty splits.
+
+  For translating and scoring: a real corpus's vocabularies come from
+  `<workdir>/vocab`, without reading the corpus (it need not be here).
+  """
+  if _source(data_config.name) == 'embedded':
+    vocab = embedded.vocabulary(data_config)
+    empty = dataset.Split([], [], [], [])
+    return dataset.Task(vocab, vocab, empty, empty, data_config.max_length + 1)
+  encoding.require_workdir(data_config, workdir)
+  return encoding.vocab_task(data_config, workdir)
+
+
+def _source(name: str) -> str:
+  """'text', 'tfds' or 'embedded': where data.name's task comes from."""
+  for prefix in ('text', 'tfds'):
+    if name.startswith(prefix + ':'):
+      return prefix
   if name not in embedded.NAMES:
     raise DataError(
         f'unknown data.name {name!r}: use one of {", ".join(embedded.NAMES)}, '
         'text:<path prefix>, tfds:<builder>/<config>'
     )
+  return 'embedded'
+
+
+def _load_task(data_config, seed, workdir, build_vocab) -> dataset.Task:
+  source = _source(data_config.name)
+  if source == 'text':
+    return text.load_task(data_config, workdir, build_vocab)
+  if source == 'tfds':
+    return tfds_corpus.load_task(data_config, workdir, build_vocab)
   return embedded.load_task(data_config, seed)
 
 

@@ -72,11 +72,15 @@ def chunk_reverse_examples(
   return examples
 
 
+def vocabulary(data_config) -> vocab_lib.Vocab:
+  """The shared vocabulary of the embedded tasks: num_symbols symbols."""
+  return vocab_lib.Vocab(symbol_names(data_config.num_symbols), allow_unk=False)
+
+
 def load_task(data_config, seed: int) -> dataset.Task:
   """The embedded task named by data_config.name, generated from `seed`."""
   name = data_config.name
-  symbols = symbol_names(data_config.num_symbols)
-  vocab = vocab_lib.Vocab(symbols, allow_unk=False)
+  vocab = vocabulary(data_config)
   offset = len(vocab_lib.SPECIALS)
 
   def make(num, split_id):

@@ -337,6 +337,31 @@ def cached_task(
   return task
 
 
+def vocab_task(data_config, workdir: str) -> dataset.Task:
+  """The workdir's vocabularies as a Task with empty splits.
+
+  What translating and scoring need: neither the corpus nor its encoded
+  cache is read or written, so a workdir translates where its corpus is not.
+  """
+  files = vocab_files(data_config, os.path.join(workdir, 'vocab'))
+  missing = [p for p in files.values() if not os.path.exists(p)]
+  if missing:
+    raise DataError(
+        f'vocabulary file {missing[0]} is missing; translate and score use the'
+        ' vocabularies that training built into the workdir (is --workdir the'
+        ' trained one?)'
+    )
+  check_vocab_settings(data_config, files)
+  empty = dataset.Split([], [], [], [])
+  return dataset.Task(
+      vocab_lib.load_vocab(data_config.vocab.kind, files['source']),
+      vocab_lib.load_vocab(data_config.vocab.kind, files['target']),
+      empty,
+      empty,
+      data_config.max_length + 1,
+  )
+
+
 def task_from_lines(
     data_config, workdir: str, build_missing: bool, lines, names
 ):

@@ -58,7 +58,9 @@ def translate_with_attention(
       node = node[part]
     node[leaf] = value
   config = validation.resolve(config)
-  task, model, _, params, _ = workdirs.restore_for_inference(config, workdir)
+  task, model, _, params, _ = workdirs.restore_for_inference(
+      config, workdir, corpus=False
+  )
   kind = attention.get(config.model.attention.kind)
   reverse = config.data.reverse_source
   split = dataset.sentences_split(
