@@ -305,13 +305,24 @@ def main(argv):
     print(str(e), file=sys.stderr)
     sys.exit(143)  # 128 + SIGTERM, as if the signal had ended the process
   except KeyboardInterrupt:
-    # Checkpoints were closed on the way out; the same command resumes.
-    print(
-        'interrupted; run the same command again to resume from the last'
-        f' checkpoint in {_WORKDIR.value}',
-        file=sys.stderr,
-    )
+    print(_interrupted_message(_MODE.value, _WORKDIR.value), file=sys.stderr)
     sys.exit(130)
+
+
+def _interrupted_message(mode: str, workdir: str) -> str:
+  if mode == 'train':
+    # Checkpoints were closed on the way out; the same command resumes.
+    return (
+        'interrupted; run the same command again to resume from the last'
+        f' checkpoint in {workdir}'
+    )
+  if mode == 'prepare':
+    return (
+        'interrupted; run the same command again (what was prepared is'
+        ' kept, a half-built vocabulary or cache is not)'
+    )
+  # eval, translate and score only read checkpoints.
+  return f'interrupted; the checkpoints in {workdir} are unchanged'
 
 
 if __name__ == '__main__':

@@ -788,3 +788,38 @@ def test_a_ctrl_c_dropped_inside_a_gc_callback_is_raised_again(monkeypatch):
       preemption.raise_if_interrupted()
   finally:
     signal.signal(signal.SIGINT, previous)
+
+
+def test_ctrl_c_in_translate_does_not_tell_to_resume(tmp_path):
+  """Ctrl-C while translate waits for stdin: exit 130, no 'resume' advice."""
+  process = subprocess.Popen(
+      [
+          sys.executable,
+          '-m',
+          'nmt_jax.main',
+          *RUN,
+          f'--workdir={tmp_path}/w',
+          '--mode=translate',
+      ],
+      cwd=ROOT,
+      env=conftest.subprocess_env(),
+      stdin=subprocess.PIPE,
+      stderr=subprocess.PIPE,
+      text=True,
+  )
+
+  def reading_stdin():
+    # /proc/<pid>/syscall: 'syscall number, first argument, ...'; read is 0.
+    with open(f'/proc/{process.pid}/syscall') as f:
+      return f.read().split()[:2] == ['0', '0x0']
+
+  try:
+    wait_until(reading_stdin, [process], timeout=120)
+    process.send_signal(signal.SIGINT)
+    _, stderr = process.communicate(timeout=60)
+  finally:
+    process.kill()
+  assert process.returncode == 130, stderr[-2000:]
+  last = stderr.strip().splitlines()[-1]
+  assert last == f'interrupted; the checkpoints in {tmp_path}/w are unchanged'
+  assert not os.path.exists(tmp_path / 'w')
