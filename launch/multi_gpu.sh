@@ -53,26 +53,38 @@ fi
 
 N="${#GPU_LIST[@]}"
 run mkdir -p "$WORKDIR"
-PIDS=()
+# Ctrl-C (or SIGTERM) reaches every process once, each closes its checkpoints,
+# and the script exits once all have. The trap is set before the first start,
+# so a signal while they start leaves none running on its own: it reaches the
+# ones started after it as well (where it ends them before Python runs).
+PIDS=() SENT=() SIGNALS=0
+forward_signals() {
+  local i
+  for i in "${!PIDS[@]}"; do
+    while (( ${SENT[i]:-0} < SIGNALS )); do
+      SENT[i]=$(( ${SENT[i]:-0} + 1 ))
+      kill -INT "${PIDS[i]}" 2> /dev/null || true
+    done
+  done
+}
+[[ "$DRY_RUN" == 1 ]] || trap 'SIGNALS=$(( SIGNALS + 1 )); forward_signals' INT TERM
 for ((i = 0; i < N; i++)); do
   COMMAND=(env CUDA_VISIBLE_DEVICES="$GPUS" "${MAIN[@]}" --coordinator_address="localhost:$PORT"
            --num_processes="$N" --process_id="$i" --local_device_ids="$i" "${EXTRA[@]}")
   if [[ "$DRY_RUN" == 1 ]]; then
     echo "$(quote "${COMMAND[@]}") > $(quote "$WORKDIR/process$i.log") 2>&1 &"
   else
-    # A session of its own: Ctrl-C reaches it once, from the trap below.
+    # A session of its own: Ctrl-C reaches it once, from the trap above.
     setsid "${COMMAND[@]}" > "$WORKDIR/process$i.log" 2>&1 &
-    PIDS+=($!)
+    PIDS[i]=$!
+    forward_signals
   fi
 done
 if [[ "$DRY_RUN" == 1 ]]; then
   echo "wait"
   exit
 fi
-# Ctrl-C (or SIGTERM) reaches every process, each closes its checkpoints, and
-# the script exits once all have: a signal ends `wait` early, so each pid is
-# waited for until it is gone.
-trap 'kill -INT "${PIDS[@]}" 2> /dev/null || true' INT TERM
+# A signal ends `wait` early, so each pid is waited for until it is gone.
 STATUS=0
 for pid in "${PIDS[@]}"; do
   while kill -0 "$pid" 2> /dev/null; do wait "$pid" || STATUS=$?; done

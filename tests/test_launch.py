@@ -192,13 +192,31 @@ def on_int(signum, frame):
   global count
   count += 1
 signal.signal(signal.SIGINT, on_int)
-open(f'{out}/started{i}', 'w').close()
+open(f'{out}/started{i}', 'w').write(str(os.getpid()))
 while not count:
   time.sleep(0.02)
 time.sleep(2.0 - int(i))
 open(f'{out}/closed{i}', 'w').write(str(count))
 sys.exit(130)
 """
+
+
+def _signal_states(script_pid, tmp_path):
+  """What each process's signal state was when the script did not end."""
+  states = {}
+  for name, pid in [('script', script_pid)] + [
+      (f'process {i}', (tmp_path / f'started{i}').read_text()) for i in (0, 1)
+  ]:
+    try:
+      with open(f'/proc/{pid}/status') as f:
+        fields = dict(line.split(':\t', 1) for line in f if ':\t' in line)
+      states[name] = {
+          k: fields[k].strip() for k in ('State', 'SigBlk', 'SigIgn', 'SigCgt')
+      }
+    except OSError:
+      states[name] = 'exited'
+  closed = [i for i in (0, 1) if (tmp_path / f'closed{i}').exists()]
+  return f'{states}, closed: {closed}'
 
 
 def test_multi_gpu_ctrl_c_waits_for_every_process_to_close(tmp_path):
@@ -230,7 +248,11 @@ def test_multi_gpu_ctrl_c_waits_for_every_process_to_close(tmp_path):
       assert time.time() < deadline and script.poll() is None
       time.sleep(0.02)
     os.killpg(script.pid, signal.SIGINT)
-    assert script.wait(timeout=30) == 130
+    try:
+      status = script.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+      status = f'still running: {_signal_states(script.pid, tmp_path)}'
+    assert status == 130
     closed = [(tmp_path / f'closed{i}') for i in (0, 1)]
     assert all(path.exists() for path in closed)  # when the script returned
     assert [path.read_text() for path in closed] == ['1', '1']
