@@ -147,7 +147,8 @@ def maybe_initialize_distributed():
   )
 
 
-def run(config, workdir: str, mode: str):
+def run(config, workdir: str, mode: str, stdout=None):
+  """Runs `mode`; translate and score write their lines to `stdout`."""
   paths = [p for p in workdir.split(',') if p]
   if not paths:
     _fail(f'--workdir={workdir!r} names no folder; give --workdir=DIR')
@@ -177,8 +178,9 @@ def run(config, workdir: str, mode: str):
       return
     text = ''.join(h + '\n' for h in out)
     if output is None:
-      sys.stdout.write(text)
-      sys.stdout.flush()
+      stdout = stdout or sys.stdout
+      stdout.write(text)
+      stdout.flush()
     elif os.path.isfile(output) or not os.path.exists(output):
       writers.write_text(output, text)  # whole or not at all
     else:  # a FIFO or a device: written into, never replaced
@@ -277,6 +279,19 @@ def _check_output(path: str):
 _fail = cli_flags.fail
 
 
+def _take_stdout():
+  """A file on the process's stdout, which then carries only the output.
+
+  File descriptor 1 (and with it sys.stdout) now leads to stderr: what
+  libraries print there (gloo's '[Gloo] Rank 0 is connected ...' in a
+  multi-process run) would be read as translations.
+  """
+  sys.stdout.flush()
+  out = os.fdopen(os.dup(1), 'w', encoding='utf-8')
+  os.dup2(2, 1)
+  return out
+
+
 def main(argv):
   std_logging.getLogger('absl').addFilter(writers.QuietLibraries())
   if len(argv) > 1:
@@ -286,6 +301,9 @@ def main(argv):
   except OSError as e:  # config_flags defers load failures to the first access
     _fail(str(e).strip().splitlines()[-1])
   preemption.interrupt_on_sigint()
+  stdout = None
+  if _MODE.value in ('translate', 'score'):
+    stdout = _take_stdout()
   try:
     maybe_initialize_distributed()
     compile_cache.configure()
@@ -296,7 +314,7 @@ def main(argv):
       # first). Multi-process training leaves it to JAX's preemption service
       # until its loop ends (nmt_jax/preemption.py).
       preemption.interrupt_on_sigterm()
-    run(config, _WORKDIR.value, _MODE.value)
+    run(config, _WORKDIR.value, _MODE.value, stdout)
   except errors.UserError as e:
     logging.flush()
     _fail(str(e))

@@ -33,7 +33,7 @@ def free_port() -> int:
     return s.getsockname()[1]
 
 
-def start(process_id, port, *args, num_processes=2):
+def start(process_id, port, *args, num_processes=2, stdin=None):
   """One process of the run; the test waits on (and kills) only the processes it started."""
   return subprocess.Popen(
       [
@@ -47,6 +47,7 @@ def start(process_id, port, *args, num_processes=2):
       ],
       cwd=ROOT,
       env=conftest.subprocess_env(),
+      stdin=stdin,
       stdout=subprocess.PIPE,
       stderr=subprocess.PIPE,
       text=True,
@@ -154,6 +155,28 @@ def test_two_processes_stop_together_resume_and_agree_with_one(tmp_path):
     np.testing.assert_allclose(
         distributed[key], single[key], rtol=2e-5, atol=2e-5, err_msg=key
     )
+  # Translating in two processes: process 0 writes the lines, and stdout
+  # carries nothing else (gloo printed '[Gloo] Rank 0 is connected ...' there).
+  sentences = 'a b c d\ne f a\n'
+  alone = nmt(
+      *args, f'--workdir={two}', '--mode=translate', input_text=sentences
+  )
+  port = free_port()
+  translate = [*args, f'--workdir={two}', '--mode=translate']
+  (tmp_path / 'input.txt').write_text(sentences)
+  with open(tmp_path / 'input.txt') as f0, open(tmp_path / 'input.txt') as f1:
+    processes = [
+        start(i, port, *translate, stdin=f) for i, f in enumerate((f0, f1))
+    ]
+  try:
+    outputs = [p.communicate(timeout=300) for p in processes]
+  finally:
+    for p in processes:
+      if p.poll() is None:
+        p.kill()
+  assert [p.returncode for p in processes] == [0, 0], outputs[1][1][-2000:]
+  assert [out for out, _ in outputs] == [alone.stdout, '']
+  assert len(alone.stdout.splitlines()) == 2
   with open(two / 'eval_results.json') as f:
     two_eval = json.load(f)
   with open(one / 'eval_results.json') as f:
