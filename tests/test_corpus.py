@@ -426,6 +426,59 @@ def test_tfds_prepare_train_and_evaluate_under_mock_data(tmp_path):
   assert os.path.exists(os.path.join(workdir, 'eval_results.json'))
 
 
+def test_tfds_records_are_read_once_in_chunks_in_order(tmp_path):
+  """On a real array_record source (what --mode=prepare writes) and on one
+  without batched reads (tfds.testing.mock_data's)."""
+  tfds = pytest.importorskip('tensorflow_datasets')
+  from nmt_jax.data import tfds_corpus  # pylint: disable=g-import-not-at-top
+
+  class Pairs(tfds.core.GeneratorBasedBuilder):
+    VERSION = tfds.core.Version('1.0.0')
+
+    def _info(self):
+      return tfds.core.DatasetInfo(
+          builder=self,
+          features=tfds.features.Translation(languages=['de', 'en']),
+      )
+
+    def _split_generators(self, dl_manager):
+      del dl_manager
+      return {'train': self._generate_examples()}
+
+    def _generate_examples(self):
+      for i in range(23):
+        yield i, {'de': f'satz {i} ü', 'en': f'sentence {i}'}
+
+  builder = Pairs(data_dir=str(tmp_path), file_format='array_record')
+  builder.download_and_prepare()
+  source = builder.as_data_source(split='train')
+  assert hasattr(source, '__getitems__')
+  one_by_one = (
+      [source[i]['de'].decode() for i in range(23)],
+      [source[i]['en'].decode() for i in range(23)],
+  )
+  assert sorted(one_by_one[1]) == sorted(f'sentence {i}' for i in range(23))
+  assert tfds_corpus.read_pairs(source, 'de', 'en', chunk=5) == one_by_one
+
+  reads = []
+
+  class OneByOne:
+
+    def __len__(self):
+      return 23
+
+    def __getitem__(self, i):
+      reads.append(i)
+      return {'de': f'{i}', 'en': f'{i}'.encode()}
+
+  lines = [str(i) for i in range(23)]
+  assert tfds_corpus.read_pairs(OneByOne(), 'en', 'de', chunk=5) == (
+      lines,
+      lines,
+  )
+  assert reads == list(range(23))
+
+
 @pytest.mark.parametrize(
     'fields, message',
     [

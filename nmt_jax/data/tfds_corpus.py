@@ -160,10 +160,32 @@ def load_task(data_config, workdir: Optional[str], build_missing: bool):
       identity,
       names,
       lambda: {
-          split: (
-              [_as_text(r[src]) for r in source],
-              [_as_text(r[tgt]) for r in source],
-          )
+          split: read_pairs(source, src, tgt)
           for split, source in sources.items()
       },
   )
+
+
+def read_pairs(source, source_lang: str, target_lang: str, chunk=10_000):
+  """(source lines, target lines) of a TFDS data source, each record read once.
+
+  In chunks through `__getitems__` where the source has it: an array_record
+  source read record by record took 1.5 ms a record (50,000 pairs: 74 s, one
+  core), in chunks 0.03 ms (1.4 s).
+  """
+  sources, targets = [], []
+  for start in range(0, len(source), chunk):
+    keys = list(range(start, min(start + chunk, len(source))))
+    for record in _read_records(source, keys):
+      sources.append(_as_text(record[source_lang]))
+      targets.append(_as_text(record[target_lang]))
+  return sources, targets
+
+
+def _read_records(source, keys):
+  try:
+    return source.__getitems__(keys)
+  # No batched reads, or tfds.testing.mock_data's (TFDS 4.9), which fails
+  # with a TypeError; a real error comes again from the reads one by one.
+  except (AttributeError, TypeError):
+    return [source[k] for k in keys]
