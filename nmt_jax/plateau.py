@@ -10,6 +10,7 @@ in metrics.jsonl up to its checkpoint, so it decides as an uninterrupted run.
 from typing import Dict, Iterable, Optional, Tuple
 
 from absl import logging
+import numpy as np
 
 from nmt_jax import writers
 
@@ -48,7 +49,9 @@ class Plateau:
       self.since_change += 1
     decayed = bool(self.decay) and self.since_change >= self.patience
     if decayed:
-      self.scale *= self.decay
+      # As the optimizer state holds it (float32), which a resumed run starts
+      # from: in float64, 0.7 * 0.7 = 0.49 here and 0.48999998 there.
+      self.scale = float(np.float32(self.scale * self.decay))
       self.since_change = 0
     self.stopped = bool(self.stop_patience) and (
         self.since_best >= self.stop_patience
@@ -63,9 +66,14 @@ class Plateau:
           self.update(record['step'], record)
 
   def describe(self) -> str:
+    best = (
+        'none finite yet'
+        if self.best is None
+        else f'best {self.best:.4f} at step {self.best_step}'
+    )
     return (
         f'validation {self.metric} has not improved for {self.since_best}'
-        f' validations (best {self.best:.4f} at step {self.best_step})'
+        f' validations ({best})'
     )
 
 

@@ -339,6 +339,29 @@ def test_plateau_decays_and_stops_after_its_patience():
   assert (replayed.scale, replayed.since_best) == (0.5, 2)
 
 
+def test_a_resumed_plateau_decays_to_the_same_factor():
+  """The factor is kept as the checkpoint's float32: a resume from it goes on
+  bit for bit (in float64 0.7 * 0.7 gave 0.49, the resumed run 0.48999998)."""
+  config = _train_config(plateau_decay=0.7, plateau_patience=1)
+  uninterrupted, first = plateau.Plateau(config), plateau.Plateau(config)
+  for step in range(1, 5):
+    uninterrupted.update(step, {'bleu': 1.0})
+  for step in range(1, 3):
+    first.update(step, {'bleu': 1.0})
+  resumed = plateau.Plateau(config)
+  resumed.replay(
+      [{'step': s, 'split': 'valid', 'bleu': 1.0} for s in (1, 2)], 2
+  )
+  resumed.scale = float(np.float32(first.scale))  # what the checkpoint holds
+  for step in range(3, 5):
+    resumed.update(step, {'bleu': 1.0})
+  assert resumed.scale == uninterrupted.scale
+  assert uninterrupted.scale == float(np.float32(uninterrupted.scale))
+  never = plateau.Plateau(config)
+  never.update(1, {'bleu': float('nan')})
+  assert never.describe().endswith('(none finite yet)')
+
+
 def _one_update(train_config, scale=None):
   _, model, params = _model()
   optimizer, _ = steps.create_optimizer(train_config, steps_per_epoch=10)
