@@ -26,7 +26,7 @@ class CheckpointError(UserError):
 class TrainingError(UserError):
   """Training cannot go on (e.g. the loss became NaN).
 
-  The last good checkpoint is kept.
+  The last checkpoint is kept.
   """
 
 

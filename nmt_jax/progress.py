@@ -1,12 +1,12 @@
 """Training metrics between two log lines, fetched one step late and checked.
 
 A NaN or infinite loss, or a diverging one, stops training with a
-TrainingError naming the last good checkpoint.
+TrainingError naming the last checkpoint.
 """
 
 import math
 import time
-from typing import Callable, Dict
+from typing import Callable, Dict, Optional
 
 import jax
 
@@ -35,8 +35,10 @@ class Progress:
       divergence_factor: float = 0.0,
       uniform_loss: float = 0.0,
       divergence_steps: int = 1,
+      advice: str = 'lower train.learning_rate or train.clip_norm',
   ):
     self._fetch = fetch
+    self.advice = advice  # what the divergence error tells to change
     self._pending = None  # (step, device metrics)
     self.last_saved = last_saved
     self.divergence_factor = divergence_factor
@@ -45,6 +47,15 @@ class Progress:
     self.streak = 0  # consecutive steps above both thresholds
     self.running_loss = None  # exponential moving average of the step loss
     self.reset()
+
+  def divergence_state(self) -> Dict:
+    """What the divergence check has learnt (kept in checkpoints)."""
+    return {'running_loss': self.running_loss, 'streak': self.streak}
+
+  def restore_divergence_state(self, saved: Optional[Dict]):
+    """Goes on from a checkpoint's divergence_state (None: from scratch)."""
+    if saved:
+      self.running_loss, self.streak = saved['running_loss'], saved['streak']
 
   def reset(self):
     self.sums = {'loss_sum': 0.0, 'tokens': 0.0, 'grad_norm': 0.0}
@@ -104,13 +115,13 @@ class Progress:
           else ''
       )
       kept = (
-          f'the last good checkpoint (step {self.last_saved}) is kept'
+          f'the last checkpoint (step {self.last_saved}) is kept'
           if self.last_saved
           else 'no checkpoint was saved yet'
       )
       raise TrainingError(
           f'training loss became {loss:.4g} at step {step}{why}; stopped,'
-          f' {kept}; lower train.learning_rate or set train.clip_norm'
+          f' {kept}; {self.advice}'
       )
     if not above:
       self.running_loss = (

@@ -2,7 +2,8 @@
 
 The pieces live next door: the step functions in steps.py, validation and
 the final evaluation in evaluation.py, the workdir's files in workdirs.py and
-checkpoint.py, the parallel step in parallel.py, batches in data/batching.py.
+checkpoint.py, where a run resumes in resume.py, the parallel step in
+parallel.py, batches in data/batching.py.
 """
 
 import contextlib
@@ -27,13 +28,13 @@ from nmt_jax import plateau as plateau_lib
 from nmt_jax import preemption
 from nmt_jax import profiling
 from nmt_jax import progress as progress_lib
+from nmt_jax import resume
 from nmt_jax import steps
 from nmt_jax import validation
 from nmt_jax import workdirs
 from nmt_jax import writers
 from nmt_jax.data import batching
 from nmt_jax.data import dataset
-from nmt_jax.errors import CheckpointError
 from nmt_jax.errors import Preempted
 
 
@@ -89,7 +90,9 @@ def with_epochs(config, steps_per_epoch: int):
   if not config.train.num_epochs:
     return config
   config = config.copy_and_resolve_references()
-  steps = max(1, math.ceil(config.train.num_epochs * steps_per_epoch))
+  # Rounded first: 1.1 epochs of 50 steps is 55.00000000000001 steps.
+  exact = round(config.train.num_epochs * steps_per_epoch, 6)
+  steps = max(1, math.ceil(exact))
   config.train.num_steps = steps
   logging.info(
       'train.num_epochs=%g: %d steps of %d per epoch',
@@ -223,10 +226,11 @@ def _train_and_evaluate(config, workdir: str, mesh) -> Dict[str, Any]:
   rows = functools.partial(parallel.process_rows, mesh=mesh)
   iterator = batching.train_iterator(batches, t.num_steps, rows)
   try:
-    start = 0
+    start, resumed_meta = 0, {}
     if ckpts.latest_step() is not None:
-      start, state = _resume(ckpts, state, iterator, task, workdir, t.num_steps)
-      _check_iterator(iterator, start, workdir)
+      start, state, resumed_meta = resume.restore_training(
+          ckpts, state, iterator, task, workdir, t
+      )
       logging.info('resuming from step %d', start)
     elif t.init_from:
       params, from_step = workdirs.load_params_from(
@@ -262,7 +266,15 @@ def _train_and_evaluate(config, workdir: str, mesh) -> Dict[str, Any]:
         t.divergence_factor,
         math.log(len(task.target_vocab)),
         t.divergence_steps,
+        'lower train.learning_rate or train.clip_norm'
+        if t.clip_norm
+        else (
+            'lower train.learning_rate (train.clip_norm, off in this run,'
+            ' changes the optimizer state: turn it on in a new --workdir)'
+        ),
     )
+    # A resumed run checks its losses against the running mean it had.
+    progress.restore_divergence_state(resumed_meta.get('divergence'))
     sigterm = stack.enter_context(
         preemption.Preemption(t.sigterm_grace_seconds)
     )
@@ -335,6 +347,7 @@ def _train_and_evaluate(config, workdir: str, mesh) -> Dict[str, Any]:
         meta = workdirs.checkpoint_meta(
             config, task, done, result and evaluation.scalars(result)
         )
+        meta['divergence'] = progress.divergence_state()
         ckpts.save(
             done,
             train_step.to_global(state),
@@ -357,49 +370,6 @@ def _train_and_evaluate(config, workdir: str, mesh) -> Dict[str, Any]:
     if writer is not None:
       writer.close()
   return inference.evaluate(config, [workdir])
-
-
-def _resume(ckpts, state, iterator, task, workdir: str, num_steps: int):
-  """(step, state) of the newest good checkpoint; damaged ones set aside."""
-  abstract_state = checkpoint.abstract(state)
-
-  def restore(step):
-    # Reading the meta first sets a damaged step aside (an empty directory
-    # is not the last checkpoint); the vocabulary then says why a checkpoint
-    # does not fit, not which shape differs.
-    meta = ckpts.meta(step)
-    if step > num_steps:  # before the data iterator: its stream ends there
-      raise CheckpointError(
-          f'train.num_steps={num_steps} is below the last checkpoint of'
-          f' {workdir} (step {step}); raise --config.train.num_steps,'
-          ' or use --mode=eval to evaluate it'
-      )
-    workdirs.check_vocab(meta, task, f'workdir {workdir}')
-    # A newer step that failed to verify may have moved the iterator already.
-    iterator.set_state({'next_index': 0})
-    return ckpts.restore(step, abstract_state, iterator)[0]
-
-  step, state = ckpts.first_good(restore)
-  if step is None:
-    raise CheckpointError(
-        f'every checkpoint of {workdir} is damaged (moved to'
-        f' {ckpts.directory}/corrupt/); train in a new --workdir'
-    )
-  return step, state
-
-
-def _check_iterator(iterator, start: int, workdir: str):
-  """The restored data iterator must stand at the checkpoint's step."""
-  position = iterator.get_state()['next_index']
-  if position not in (0, start):
-    raise CheckpointError(
-        f'checkpoint {start} in {workdir} has its data iterator at batch '
-        f'{position}; the checkpoint is inconsistent, resume from another '
-        'step or start a new --workdir'
-    )
-  if position != start:
-    # Saved with another process count: the stream is a function of the step.
-    iterator.set_state({'next_index': start})
 
 
 def _log_batch(config, batches, mesh):

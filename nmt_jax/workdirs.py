@@ -55,9 +55,13 @@ def prepare(workdir: str) -> bool:
 
 
 def remove_if_empty(workdir: str):
-  """Removes a workdir this run created when a failure left nothing in it."""
-  with contextlib.suppress(OSError):
-    os.rmdir(workdir)
+  """Removes a workdir this run created when a failure left nothing in it.
+
+  An empty checkpoints/ (made by opening them) counts as nothing.
+  """
+  for directory in (os.path.join(workdir, 'checkpoints'), workdir):
+    with contextlib.suppress(OSError):
+      os.rmdir(directory)
 
 
 # ------------------------------------------------------- the model's identity

@@ -315,7 +315,7 @@ def test_nan_loss_stops_and_keeps_the_last_good_checkpoint(trained, tmp_path):
       '--config.train.num_steps=12',
       check=False,
   )
-  _expect_error(result, 'loss became', 'last good checkpoint')
+  _expect_error(result, 'loss became', 'the last checkpoint')
   assert snapshot(checkpoints) == before
 
 

@@ -113,12 +113,19 @@ def _bad_meta_json(step_dir):
     f.write('{"step": 6, ')
 
 
+def _iterator_elsewhere(step_dir):
+  # Readable, but its data iterator is not at its step.
+  with open(os.path.join(step_dir, 'data', 'process_0-of-1.json'), 'w') as f:
+    f.write('{"next_index": 5}')
+
+
 # Two modes per run: the newest step (6) damaged one way and the one before
 # (4) another, so each run also falls back twice in a row.
 DAMAGE_PAIRS = [
     (_truncate, _garble),
     (_flip_one_byte, _delete_state),
     (_delete_meta, _bad_meta_json),
+    (_iterator_elsewhere, _truncate),
 ]
 
 
@@ -475,7 +482,7 @@ def test_divergence_stops_with_the_last_good_checkpoint(trained, tmp_path):
       check=False,
   )
   _one_line_error(
-      result, 'training loss became', 'last good checkpoint (step 6)'
+      result, 'training loss became', 'the last checkpoint (step 6)'
   )
   assert snapshot(os.path.join(workdir, 'checkpoints')) == before
 
@@ -489,7 +496,22 @@ def test_num_steps_below_the_last_checkpoint(trained, tmp_path):
   result = nmt(
       *RUN, f'--workdir={workdir}', '--config.train.num_steps=3', check=False
   )
-  _one_line_error(result, 'train.num_steps=3 is below the last checkpoint')
+  _one_line_error(
+      result,
+      'train.num_steps=3 is below the last checkpoint',
+      'raise --config.train.num_steps',
+  )
+  assert snapshot(workdir) == before
+  # With train.num_epochs (which sets num_steps) the advice names it.
+  result = nmt(
+      *RUN,
+      f'--workdir={workdir}',
+      '--config.train.num_epochs=0.001',
+      check=False,
+  )
+  _one_line_error(
+      result, 'train.num_steps=1 is below', 'raise --config.train.num_epochs'
+  )
   assert snapshot(workdir) == before
 
 
@@ -718,6 +740,50 @@ def test_averaging_a_damaged_checkpoint_is_one_line(
   _one_line_error(result, 'checkpoints/6 is damaged', 'without it')
   assert not os.path.exists(tmp_path / 'avg')
   assert snapshot(workdir) == before
+
+
+def test_a_resumed_run_checks_divergence_as_an_uninterrupted_one():
+  fetch = lambda metrics: metrics
+  record = lambda loss: {'loss_sum': loss, 'tokens': 1.0, 'grad_norm': 1.0}
+  new = lambda: progress_lib.Progress(fetch, 6, 10.0, 3.0, divergence_steps=5)
+  losses = [0.2] * 10 + [3.5] * 5
+  uninterrupted = new()
+  with pytest.raises(errors.TrainingError, match='at step 14 .* for 5 steps'):
+    for step, loss in enumerate(losses):
+      uninterrupted.push(step, record(loss), 1)
+    uninterrupted.flush()
+  first = new()
+  for step, loss in enumerate(losses[:12]):  # saved after step 11
+    first.push(step, record(loss), 1)
+  first.flush()
+  saved = json.loads(json.dumps(first.divergence_state()))  # as in the meta
+  resumed = new()
+  resumed.restore_divergence_state(saved)
+  with pytest.raises(errors.TrainingError, match='at step 14 .* for 5 steps'):
+    for step, loss in enumerate(losses[12:], start=12):
+      resumed.push(step, record(loss), 1)
+    resumed.flush()
+  # From scratch, the resumed run took the diverged loss for its mean.
+  scratch = new()
+  for step, loss in enumerate(losses[12:], start=12):
+    scratch.push(step, record(loss), 1)
+  scratch.flush()
+
+
+def test_a_failed_init_from_leaves_no_workdir(tmp_path):
+  config = default_config.get_config('tiny')
+  config.train.init_from = str(tmp_path / 'nowhere')
+  with pytest.raises(errors.UserError, match='init_from'):
+    train.train_and_evaluate(config, str(tmp_path / 'w'))
+  assert not os.path.exists(tmp_path / 'w')
+
+
+def test_num_epochs_count_steps_without_float_error():
+  config = default_config.get_config('tiny')
+  config.train.num_epochs = 1.1
+  assert train.with_epochs(config, 50).train.num_steps == 55
+  config.train.num_epochs = 0.001
+  assert train.with_epochs(config, 50).train.num_steps == 1
 
 
 def test_a_loss_spike_that_recovers_is_not_divergence():
