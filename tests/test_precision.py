@@ -126,9 +126,9 @@ COPY = [
     '--config.model.embed_size=32',
     '--config.train.learning_rate=0.005',
     '--config.train.batch_size=32',
-    '--config.train.num_steps=1500',
-    '--config.train.eval_every=1500',
-    '--config.train.checkpoint_every=1500',
+    '--config.train.num_steps=1000',
+    '--config.train.eval_every=1000',
+    '--config.train.checkpoint_every=1000',
     '--config.train.log_every=500',
     '--config.decode.beam_size=3',
 ]
@@ -142,7 +142,7 @@ def test_bfloat16_training_reaches_the_float32_bleu(tmp_path):
     nmt(*COPY, f'--config.model.dtype={dtype}', f'--workdir={workdir}')
     with open(workdir / 'eval_results.json') as f:
       bleu[dtype] = json.load(f)['bleu']
-    params = final_params(workdir, 1500)
+    params = final_params(workdir, 1000)
     floats = {
         x.dtype
         for x in jax.tree_util.tree_leaves(params)
