@@ -45,6 +45,8 @@ fi
 IFS=, read -r -a GPU_LIST <<< "$GPUS"
 
 cd "$REPO_ROOT"
+# The commands name configs/ from the repository root: so does the dry run.
+if [[ "$DRY_RUN" == 1 ]]; then echo "cd $(quote "$REPO_ROOT")"; fi
 MAIN=(python -m nmt_jax.main --config="$CONFIG" --workdir="$WORKDIR")
 if [[ "$PROCESSES" == one ]]; then
   run env CUDA_VISIBLE_DEVICES="$GPUS" "${MAIN[@]}" "${EXTRA[@]}"
@@ -84,9 +86,16 @@ if [[ "$DRY_RUN" == 1 ]]; then
   echo "wait"
   exit
 fi
-# A signal ends `wait` early, so each pid is waited for until it is gone.
+# A signal ends `wait` early, so each pid is waited for until it is gone;
+# each at least once: bash keeps the status of a process that ended while
+# the script waited for another (`kill -0` fails for it).
 STATUS=0
 for pid in "${PIDS[@]}"; do
-  while kill -0 "$pid" 2> /dev/null; do wait "$pid" || STATUS=$?; done
+  while :; do
+    CODE=0
+    wait "$pid" || CODE=$?
+    kill -0 "$pid" 2> /dev/null || break
+  done
+  (( CODE == 0 )) || STATUS=$CODE
 done
 exit "$STATUS"

@@ -166,8 +166,10 @@ def test_multi_gpu_one_process_per_gpu():
       f'--config={CONFIG}',
       '--workdir=runs/x',
   )
-  assert lines[0] == 'mkdir -p runs/x' and lines[-1] == 'wait'
-  starts = lines[1:-1]
+  # The commands name configs/ and runs/x from the repository root.
+  assert shlex.split(lines[0]) == ['cd', ROOT]
+  assert lines[1] == 'mkdir -p runs/x' and lines[-1] == 'wait'
+  starts = lines[2:-1]
   assert len(starts) == 3
   for i, line in enumerate(starts):
     argv = shlex.split(line)
@@ -287,12 +289,49 @@ def test_relative_paths_are_named_for_the_job_run_from_the_repository(
 
 
 def test_multi_gpu_one_process():
-  assert dry_run(
+  cd, command = dry_run(
       'multi_gpu.sh', '--gpus=0,1', f'--config={CONFIG}', '--workdir=runs/x'
-  ) == [
+  )
+  assert shlex.split(cd) == ['cd', ROOT]
+  assert command == (
       f'env CUDA_VISIBLE_DEVICES=0,1 python -m nmt_jax.main --config={CONFIG}'
       ' --workdir=runs/x'
-  ]
+  )
+
+
+FAILING_PYTHON = """#!/usr/bin/env python3
+# Process 1 fails at once; process 0 ends well a second later.
+import sys, time
+i = next(a.split('=')[1] for a in sys.argv if a.startswith('--process_id='))
+if i == '1':
+  sys.exit(3)
+time.sleep(1)
+"""
+
+
+def test_multi_gpu_exits_with_a_failure_of_any_process(tmp_path):
+  # A process that ended while the script waited for another was never
+  # waited for: its failure went unseen and the script exited 0.
+  bin_dir = tmp_path / 'bin'
+  bin_dir.mkdir()
+  (bin_dir / 'python').write_text(FAILING_PYTHON)
+  (bin_dir / 'python').chmod(0o755)
+  result = subprocess.run(
+      [
+          'bash',
+          os.path.join(ROOT, 'launch', 'multi_gpu.sh'),
+          '--gpus=0,1',
+          '--processes=per-gpu',
+          f'--config={CONFIG}',
+          f'--workdir={tmp_path / "run"}',
+      ],
+      cwd=ROOT,
+      env=dict(os.environ, PATH=f'{bin_dir}:{os.environ["PATH"]}'),
+      capture_output=True,
+      text=True,
+      timeout=60,
+  )
+  assert result.returncode == 3, result.stderr
 
 
 @pytest.mark.parametrize(
