@@ -23,8 +23,10 @@
   python -m nmt_jax.sweep tau --config=configs/flexible.py:chunk \
       --workdir=runs/flexible
 
-Runs whose workdir already has eval_results.json are skipped, so re-running a
-sweep resumes it (an interrupted run resumes from its last checkpoint).
+Runs that trained to their end and were evaluated are skipped, so re-running
+a sweep resumes it (an interrupted run resumes from its last checkpoint). A
+run fine-tuned from another (train.init_from='{root}/NAME') starts only once
+that one has finished, and --shard keeps the two in one shard.
 """
 
 import os
@@ -42,6 +44,7 @@ from nmt_jax import compile_cache
 from nmt_jax import errors
 from nmt_jax.tools import runs as runs_lib
 from nmt_jax.tools import sweep
+from nmt_jax.tools import tau_sweep
 
 COMMANDS = ('run', 'aggregate', 'tau')
 
@@ -118,7 +121,7 @@ _PLOTS = flags.DEFINE_string(
 )
 _TAUS = flags.DEFINE_list(
     'taus',
-    [str(t) for t in sweep.SHU_TAUS],
+    [str(t) for t in tau_sweep.SHU_TAUS],
     'tau: thresholds (inf = no pruning).',
 )
 _BEAM = flags.DEFINE_integer(
@@ -169,8 +172,7 @@ def main(argv):
         )
       if _ONLY.value:
         runs = sweep.select_runs(runs, _ONLY.value)
-      index, count = sweep.parse_shard(_SHARD.value)
-      runs = runs[index::count]
+      runs = sweep.shard(runs, _SHARD.value)
       sweep.check_overrides(runs)
       failed = sweep.run_sweep(runs, _ROOT.value, _DRY_RUN.value, _MODE.value)
       if failed:
@@ -243,7 +245,7 @@ def main(argv):
         raise errors.ConfigError(
             f'--taus={",".join(_TAUS.value)} must be numbers (inf = no pruning)'
         ) from None
-      sweep.tau_sweep(_CONFIG.value, _WORKDIR.value, taus, _BEAM.value)
+      tau_sweep.tau_sweep(_CONFIG.value, _WORKDIR.value, taus, _BEAM.value)
   except errors.UserError as e:
     print(f'error: {e}', file=sys.stderr)
     sys.exit(2)

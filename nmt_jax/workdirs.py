@@ -19,6 +19,7 @@ from nmt_jax import checkpoint
 from nmt_jax import data
 from nmt_jax import default_config
 from nmt_jax import parallel
+from nmt_jax import plateau
 from nmt_jax import scorers
 from nmt_jax import steps
 from nmt_jax import writers
@@ -62,6 +63,27 @@ def remove_if_empty(workdir: str):
   for directory in (os.path.join(workdir, 'checkpoints'), workdir):
     with contextlib.suppress(OSError):
       os.rmdir(directory)
+
+
+def training_finished(workdir: str) -> bool:
+  """Trained to its end (train.num_steps, or stopped early), evaluated after.
+
+  eval_results.json alone does not say so: --mode=eval writes it for any
+  checkpoint of a run that may still be training.
+  """
+  directory = os.path.join(workdir, 'checkpoints')
+  try:
+    last = max(int(name) for name in os.listdir(directory) if name.isdigit())
+    evaluated = os.path.getmtime(os.path.join(workdir, 'eval_results.json'))
+    if evaluated < os.path.getmtime(os.path.join(directory, str(last))):
+      return False
+    train_config = load_config(workdir).train
+  except (OSError, ValueError):  # no checkpoint, results or config.json
+    return False
+  if last >= train_config.num_steps:
+    return True
+  # Stopped early: its validations up to `last` say so, as a resume replays.
+  return plateau.resume(train_config, workdir, last, 1.0).stopped
 
 
 # ------------------------------------------------------- the model's identity

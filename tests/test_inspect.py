@@ -3,6 +3,7 @@
 import csv
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -15,6 +16,7 @@ from nmt_jax import workdirs
 from nmt_jax.tools import attention_maps
 from nmt_jax.tools import plots
 from nmt_jax.tools import runs as runs_lib
+from nmt_jax.tools import sweep as sweep_lib
 from tests import conftest
 from tests.test_cli import wait_until
 
@@ -242,6 +244,15 @@ def test_grid_dry_run_and_shards(tmp_path):
             ],
             'train.num_stesp is not a config field',
         ),
+        (
+            [
+                'run',
+                '--sweep=configs/sweeps/britz_copy.py:abc',
+                '--root=/tmp/x',
+                '--dry_run',
+            ],
+            "does not take the argument 'abc'",
+        ),
     ],
 )
 def test_sweep_errors_are_one_line(args, fragment):
@@ -250,6 +261,59 @@ def test_sweep_errors_are_one_line(args, fragment):
   assert (
       fragment in result.stderr and len(result.stderr.strip().splitlines()) == 1
   )
+
+
+def test_a_run_is_finished_when_trained_to_its_end_and_evaluated_after(
+    runs, tmp_path
+):
+  workdir = str(tmp_path / 'run')
+  shutil.copytree(os.path.join(runs['root'], 'memory_k2'), workdir)
+  assert workdirs.training_finished(workdir)
+  config_path = os.path.join(workdir, 'config.json')
+  with open(config_path) as f:
+    config = json.load(f)
+  config['train']['num_steps'] = 10  # interrupted at step 6 of 10
+  with open(config_path, 'w') as f:
+    json.dump(config, f)
+  # --mode=eval wrote eval_results.json for a run still training.
+  assert not workdirs.training_finished(workdir)
+  # Stopped early at step 6: its validations say so.
+  config['train']['early_stopping_patience'] = 1
+  with open(config_path, 'w') as f:
+    json.dump(config, f)
+  records = [{'step': 2, 'split': 'valid', 'bleu': 50.0}]
+  records += [{'step': s, 'split': 'valid', 'bleu': 1.0} for s in (4, 6)]
+  with open(os.path.join(workdir, 'metrics.jsonl'), 'w') as f:
+    f.write(''.join(json.dumps(r) + '\n' for r in records))
+  assert workdirs.training_finished(workdir)
+  # Evaluated before its last checkpoint: not yet after training.
+  os.utime(os.path.join(workdir, 'eval_results.json'), (0, 0))
+  assert not workdirs.training_finished(workdir)
+  assert not workdirs.training_finished(str(tmp_path / 'nothing'))
+
+
+def test_fine_tuned_runs_share_their_parents_shard_and_wait_for_it(tmp_path):
+  run = lambda name, parent=None: sweep_lib.Run(
+      name,
+      'configs/flexible.py:tiny',
+      {'train.init_from': '{root}/' + parent} if parent else {},
+  )
+  runs = [
+      run('a'),
+      run('b'),
+      run('a_tuned', 'a'),
+      run('c'),
+      run('b_tuned', 'b'),
+  ]
+  shards = [[r.name for r in sweep_lib.shard(runs, f'{i}/2')] for i in range(2)]
+  assert shards == [['a', 'a_tuned', 'c'], ['b', 'b_tuned']]
+  plain = [run(n) for n in 'wxyz']
+  assert sweep_lib.shard(plain, '1/2') == plain[1::2]
+  # Its parent not trained: the fine-tuned run is not started, and fails.
+  assert sweep_lib.run_sweep([run('a_tuned', 'a')], str(tmp_path)) == [
+      'a_tuned'
+  ]
+  assert not os.path.exists(tmp_path / 'a_tuned')
 
 
 def test_aggregate_writes_csv_and_markdown(runs, tmp_path):

@@ -21,19 +21,11 @@ from typing import Dict, List, Sequence
 
 from absl import logging
 
-from nmt_jax import attention
 from nmt_jax import cli_flags
 from nmt_jax import errors
-from nmt_jax import evaluation
-from nmt_jax import steps
-from nmt_jax import validation
 from nmt_jax import workdirs
-from nmt_jax import writers
 from nmt_jax.tools import plots
 from nmt_jax.tools import runs as runs_lib
-
-# Shu & Nakayama's Figure 3 thresholds (inf = no pruning).
-SHU_TAUS = (0.3, 0.5, 0.8, 1.0, 1.2, 1.4, 1.6, 5.0, 8.0, math.inf)
 
 
 @dataclasses.dataclass
@@ -144,7 +136,14 @@ def load_sweep(spec: str, common: Dict[str, object]) -> List[Run]:
   module_spec.loader.exec_module(module)
   here = os.path.dirname(path)
   runs = []
-  for entry in module.get_sweep(arg or None):
+  try:
+    entries = module.get_sweep(arg or None)
+  except (ValueError, TypeError, KeyError) as e:
+    raise errors.ConfigError(
+        f'sweep file {path} does not take the argument {arg!r} ({e}); see'
+        ' its get_sweep'
+    ) from None
+  for entry in entries:
     config_path, colon, preset = entry['config'].partition(':')
     config_path = os.path.relpath(
         os.path.normpath(os.path.join(here, config_path))
@@ -195,6 +194,34 @@ def parse_shard(text: str):
   return index, count
 
 
+def shard(runs: Sequence[Run], text: str) -> List[Run]:
+  """Shard i/n (`text`) of the runs: every n-th group from the i-th.
+
+  A run fine-tuned from another of the sweep (train.init_from=
+  '{root}/NAME') is in that run's group: a job array never starts it apart.
+  """
+  index, count = parse_shard(text)
+  names = {run.name for run in runs}
+
+  def group(run):
+    name, seen = run.name, set()
+    while (parent := _parent(by_name[name])) in names and name not in seen:
+      seen.add(name)
+      name = parent
+    return name
+
+  by_name = {run.name: run for run in runs}
+  groups = list(dict.fromkeys(group(run) for run in runs))
+  chosen = set(groups[index::count])
+  return [run for run in runs if group(run) in chosen]
+
+
+def _parent(run: Run):
+  """The name of the run of the sweep this one is fine-tuned from, or None."""
+  source = str(run.overrides.get('train.init_from', ''))
+  return source[len('{root}/') :] if source.startswith('{root}/') else None
+
+
 class SweepInterrupted(Exception):
   """SIGINT or SIGTERM stopped the sweep and the run it was running."""
 
@@ -235,7 +262,7 @@ def _run_passing_signals(command: List[str], log):
 def run_sweep(
     runs: Sequence[Run], root: str, dry_run: bool = False, mode: str = 'train'
 ) -> List[str]:
-  """Trains each run unless its workdir is evaluated -> names of failed runs.
+  """Trains each run not finished before -> names of failed runs.
 
   With mode 'eval', evaluates each trained run instead.
   """
@@ -246,13 +273,24 @@ def run_sweep(
       print(' '.join(shlex.quote(a) for a in command))
       continue
     workdir = os.path.join(root, run.name)
-    if mode == 'train' and os.path.exists(
-        os.path.join(workdir, 'eval_results.json')
-    ):
+    if mode == 'train' and workdirs.training_finished(workdir):
       logging.info(
           '[%d/%d] %s: done before, skipped', i + 1, len(runs), run.name
       )
       continue
+    parent = _parent(run)
+    if mode == 'train' and parent:
+      if not workdirs.training_finished(os.path.join(root, parent)):
+        failed.append(run.name)
+        logging.error(
+            '[%d/%d] %s: not started: it is fine-tuned from %s, which has'
+            ' not finished training',
+            i + 1,
+            len(runs),
+            run.name,
+            parent,
+        )
+        continue
     if mode == 'eval' and not os.path.exists(
         os.path.join(workdir, 'eval_results.json')
     ):
@@ -304,79 +342,6 @@ def run_sweep(
           time.time() - start,
       )
   return failed
-
-
-def tau_sweep(
-    config, workdir: str, taus: Sequence[float], beam_size: int
-) -> List[Dict]:
-  """Evaluates the workdir's best checkpoint at each tau.
-
-  Writes <workdir>/tau_sweep.json. Rows of an earlier sweep of the same
-  checkpoint are kept (a tau evaluated again with the same beam is
-  replaced), so a second call with other taus adds points to the curve, and
-  one with another beam size a curve of its own.
-  """
-  config = validation.resolve(config)
-  if 'tau' not in attention.get(config.model.attention.kind).FIELDS:
-    raise errors.ConfigError(
-        'tau applies to flexible attention, the config has '
-        f'model.attention.kind={config.model.attention.kind!r}; give the '
-        'config the workdir was trained with (e.g. configs/flexible.py)'
-    )
-  task, _, mesh, params, step = workdirs.restore_for_inference(config, workdir)
-  split = task.test_or_eval
-  rows = []
-  for tau in taus:
-    tau_config = config.copy_and_resolve_references()
-    tau_config.model.attention.tau = tau
-    evaluator = evaluation.Evaluator(
-        tau_config, steps.create_model(tau_config, task), task, mesh
-    )
-    result, _ = evaluator.evaluate(params, split, beam_size)
-    row = {
-        'tau': tau,
-        'checkpoint_step': step,
-        'beam_size': beam_size,
-        'split': 'test' if task.test is not None else 'validation',
-        **{
-            k: result[k]
-            for k in (
-                'bleu',
-                'avg_window',
-                'avg_window_fraction',
-                'avg_window_steps',
-                'avg_computed',
-                'avg_computed_fraction',
-                'avg_source_length',
-                'decode_ms_per_sentence',
-                'num_sentences',
-            )
-        },
-    }
-    rows.append(row)
-    logging.info(
-        'tau %s: BLEU %.2f | avg window %.2f (%.1f%% of the source) |'
-        ' computed %.2f (%.1f%%) | %.2f ms/sentence',
-        tau,
-        row['bleu'],
-        row['avg_window'],
-        100 * row['avg_window_fraction'],
-        row['avg_computed'],
-        100 * row['avg_computed_fraction'],
-        row['decode_ms_per_sentence'],
-    )
-  path = os.path.join(workdir, 'tau_sweep.json')
-  earlier = runs_lib.load_run(workdir).tau_sweep or []
-  done = {(float(row['tau']), beam_size) for row in rows}
-  rows += [
-      row
-      for row in earlier
-      if row['checkpoint_step'] == step
-      and (float(row['tau']), row.get('beam_size')) not in done
-  ]
-  rows.sort(key=lambda row: (row.get('beam_size', 0), float(row['tau'])))
-  writers.write_json(path, {'rows': rows})
-  return rows
 
 
 def write_plots(
