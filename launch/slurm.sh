@@ -45,6 +45,11 @@ check_positive_int --nodes "$NODES"
 check_positive_int --gpus-per-node "$GPUS"
 [[ "$PER" == gpu || "$PER" == node ]] || die "--per=$PER must be 'gpu' or 'node'"
 [[ "$TIME" =~ ^([0-9]+-)?[0-9]+(:[0-9]{2}){0,2}$ ]] || die "--time=$TIME is not a SLURM time like 24:00:00"
+# They go into #SBATCH lines: a space would cut one, a newline add another.
+for pair in "--job-name=$JOB" "--partition=$PARTITION" "--account=$ACCOUNT"; do
+  [[ "${pair#*=}" =~ ^[A-Za-z0-9_.,:+-]*$ ]] || \
+    die "${pair%%=*}=$(printf '%q' "${pair#*=}") may hold only letters, digits and _.,:+- (SLURM names)"
+done
 CONFIG="$(resolve_config "$CONFIG")" || exit 2
 [[ -n "$WORKDIR" ]] || die "--workdir is required, on storage every node sees"
 WORKDIR="$(from_here "$WORKDIR")"

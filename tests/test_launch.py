@@ -382,6 +382,16 @@ def test_multi_gpu_exits_with_a_failure_of_any_process(tmp_path):
             ['--nodes=1', '--gpus-per-node=8', '--time=tomorrow'],
             'not a SLURM time',
         ),
+        (  # a newline would add a line of its own to the batch script
+            'slurm.sh',
+            ['--nodes=1', '--gpus-per-node=8', '--partition=gpu\n#SBATCH -x'],
+            "--partition=$'gpu\\n#SBATCH -x' may hold only letters",
+        ),
+        (
+            'slurm.sh',
+            ['--nodes=1', '--gpus-per-node=8', '--job-name=my run'],
+            'may hold only letters',
+        ),
         (
             'slurm.sh',
             ['--nodes=1', '--gpus-per-node=8', f'--config={CONFIG}'],
