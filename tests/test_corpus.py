@@ -424,6 +424,11 @@ def test_tfds_prepare_train_and_evaluate_under_mock_data(tmp_path):
     result = train.train_and_evaluate(config, workdir)
   assert result['eval_split'] == 'test' and result['num_sentences'] == 24
   assert os.path.exists(os.path.join(workdir, 'eval_results.json'))
+  # Outside the mock the corpus is not there: translating needs only the
+  # workdir's vocabularies.
+  from nmt_jax import inference  # pylint: disable=g-import-not-at-top
+
+  assert len(inference.translate(config, [workdir], ['a b', '', 'c'])) == 3
 
 
 def test_tfds_records_are_read_once_in_chunks_in_order(tmp_path):
