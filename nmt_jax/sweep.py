@@ -24,7 +24,8 @@
       --workdir=runs/flexible
 
 Runs that trained to their end and were evaluated are skipped, so re-running
-a sweep resumes it (an interrupted run resumes from its last checkpoint). A
+a sweep resumes it (an interrupted run resumes from its last checkpoint); one
+whose overrides changed since is run again (more steps train on). A
 run fine-tuned from another (train.init_from='{root}/NAME') starts only once
 that one has finished, and --shard keeps the two in one shard.
 """

@@ -292,6 +292,29 @@ def test_a_run_is_finished_when_trained_to_its_end_and_evaluated_after(
   assert not workdirs.training_finished(str(tmp_path / 'nothing'))
 
 
+def test_a_finished_run_with_other_overrides_is_run_again(runs, tmp_path):
+  workdir = os.path.join(runs['root'], 'memory_k2')
+  quick = {
+      'decode.beam_size': 1,
+      'train.eval_num_sentences': 8,
+      'train.num_steps': 6,
+  }
+  run = lambda **more: sweep_lib.Run(
+      'memory_k2',
+      'configs/memory_k64.py:tiny',
+      {**quick, 'model.attention.num_memory': 2, **more},
+  )
+  changed = lambda r: sweep_lib._changed_fields(r, workdir, runs['root'])
+  assert not changed(run())
+  # As --set/--grid give them: text.
+  assert not changed(run(**{'train.num_steps': '6', 'model.dtype': 'float32'}))
+  assert changed(run(**{'train.num_steps': 8})) == ['train.num_steps']
+  assert changed(run(**{'model.hidden_size': 32, 'model.no_such': 1})) == [
+      'model.hidden_size',
+      'model.no_such',
+  ]
+
+
 def test_fine_tuned_runs_share_their_parents_shard_and_wait_for_it(tmp_path):
   run = lambda name, parent=None: sweep_lib.Run(
       name,

@@ -10,6 +10,7 @@ import dataclasses
 import fnmatch
 import importlib.util
 import itertools
+import json
 import math
 import os
 import shlex
@@ -216,6 +217,35 @@ def shard(runs: Sequence[Run], text: str) -> List[Run]:
   return [run for run in runs if group(run) in chosen]
 
 
+def _changed_fields(run: Run, workdir: str, root: str) -> List[str]:
+  """The run's overrides whose values its workdir's config.json does not hold."""
+  with open(os.path.join(workdir, 'config.json'), encoding='utf-8') as f:
+    stored = json.load(f)
+  changed = []
+  for field, value in run.overrides.items():
+    node = stored
+    for part in field.split('.'):
+      node = node.get(part, KeyError) if isinstance(node, dict) else KeyError
+    given = _format(value).replace('{root}', root)
+    if node is KeyError or not _same_value(given, node):
+      changed.append(field)
+  return changed
+
+
+def _same_value(given: str, stored) -> bool:
+  """Whether the override text `given` means the config.json value `stored`."""
+  if isinstance(stored, bool):
+    return given.lower() == str(stored).lower()
+  if isinstance(stored, (int, float)):
+    try:
+      return float(given) == float(stored)
+    except ValueError:
+      return False
+  if isinstance(stored, list):
+    stored = _format(tuple(stored))
+  return given.replace(' ', '') == str(stored).replace(' ', '')
+
+
 def _parent(run: Run):
   """The name of the run of the sweep this one is fine-tuned from, or None."""
   source = str(run.overrides.get('train.init_from', ''))
@@ -274,10 +304,20 @@ def run_sweep(
       continue
     workdir = os.path.join(root, run.name)
     if mode == 'train' and workdirs.training_finished(workdir):
+      changed = _changed_fields(run, workdir, root)
+      if not changed:
+        logging.info(
+            '[%d/%d] %s: done before, skipped', i + 1, len(runs), run.name
+        )
+        continue
+      # Training decides: more steps resume, another model is refused.
       logging.info(
-          '[%d/%d] %s: done before, skipped', i + 1, len(runs), run.name
+          '[%d/%d] %s: done before with other %s; running it again',
+          i + 1,
+          len(runs),
+          run.name,
+          ', '.join(changed),
       )
-      continue
     parent = _parent(run)
     if mode == 'train' and parent:
       if not workdirs.training_finished(os.path.join(root, parent)):
