@@ -203,6 +203,26 @@ sys.exit(130)
 """
 
 
+def _with_fake_python(tmp_path, source):
+  """The environment with `source` as the `python` on PATH."""
+  bin_dir = tmp_path / 'bin'
+  bin_dir.mkdir()
+  (bin_dir / 'python').write_text(source)
+  (bin_dir / 'python').chmod(0o755)
+  return dict(os.environ, PATH=f'{bin_dir}:{os.environ["PATH"]}')
+
+
+def _two_processes_per_gpu(tmp_path):
+  return [
+      'bash',
+      os.path.join(ROOT, 'launch', 'multi_gpu.sh'),
+      '--gpus=0,1',
+      '--processes=per-gpu',
+      f'--config={CONFIG}',
+      f'--workdir={tmp_path / "run"}',
+  ]
+
+
 def _signal_states(script_pid, tmp_path):
   """What each process's signal state was when the script did not end."""
   states = {}
@@ -225,21 +245,10 @@ def test_multi_gpu_ctrl_c_waits_for_every_process_to_close(tmp_path):
   """Ctrl-C (SIGINT to the foreground process group) reaches each process
   once, and the script exits only after all have closed: `wait` returned
   early on the signal, leaving process 0 saving (and locking the workdir)."""
-  bin_dir = tmp_path / 'bin'
-  bin_dir.mkdir()
-  (bin_dir / 'python').write_text(FAKE_PYTHON)
-  (bin_dir / 'python').chmod(0o755)
-  env = dict(os.environ, PATH=f'{bin_dir}:{os.environ["PATH"]}')
+  env = _with_fake_python(tmp_path, FAKE_PYTHON)
   env['FAKE_OUT'] = str(tmp_path)
   script = subprocess.Popen(
-      [
-          'bash',
-          os.path.join(ROOT, 'launch', 'multi_gpu.sh'),
-          '--gpus=0,1',
-          '--processes=per-gpu',
-          f'--config={CONFIG}',
-          f'--workdir={tmp_path / "run"}',
-      ],
+      _two_processes_per_gpu(tmp_path),
       cwd=ROOT,
       env=env,
       start_new_session=True,  # a terminal's foreground process group
@@ -312,21 +321,10 @@ time.sleep(1)
 def test_multi_gpu_exits_with_a_failure_of_any_process(tmp_path):
   # A process that ended while the script waited for another was never
   # waited for: its failure went unseen and the script exited 0.
-  bin_dir = tmp_path / 'bin'
-  bin_dir.mkdir()
-  (bin_dir / 'python').write_text(FAILING_PYTHON)
-  (bin_dir / 'python').chmod(0o755)
   result = subprocess.run(
-      [
-          'bash',
-          os.path.join(ROOT, 'launch', 'multi_gpu.sh'),
-          '--gpus=0,1',
-          '--processes=per-gpu',
-          f'--config={CONFIG}',
-          f'--workdir={tmp_path / "run"}',
-      ],
+      _two_processes_per_gpu(tmp_path),
       cwd=ROOT,
-      env=dict(os.environ, PATH=f'{bin_dir}:{os.environ["PATH"]}'),
+      env=_with_fake_python(tmp_path, FAILING_PYTHON),
       capture_output=True,
       text=True,
       timeout=60,

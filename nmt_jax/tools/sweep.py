@@ -202,16 +202,15 @@ def shard(runs: Sequence[Run], text: str) -> List[Run]:
   '{root}/NAME') is in that run's group: a job array never starts it apart.
   """
   index, count = parse_shard(text)
-  names = {run.name for run in runs}
+  by_name = {run.name: run for run in runs}
 
   def group(run):
     name, seen = run.name, set()
-    while (parent := _parent(by_name[name])) in names and name not in seen:
+    while (parent := _parent(by_name[name])) in by_name and name not in seen:
       seen.add(name)
       name = parent
     return name
 
-  by_name = {run.name: run for run in runs}
   groups = list(dict.fromkeys(group(run) for run in runs))
   chosen = set(groups[index::count])
   return [run for run in runs if group(run) in chosen]
