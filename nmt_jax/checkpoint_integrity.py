@@ -8,6 +8,7 @@ the tracebacks of the reads a failed restore abandons out of the log.
 
 import contextlib
 import gc
+import inspect
 import logging as std_logging
 import sys
 import time
@@ -26,6 +27,12 @@ class DamagedCheckpoint(Exception):
   """A checkpoint whose files cannot be read or do not verify."""
 
 
+def _abandoned_read(error: Optional[BaseException]) -> bool:
+  """Whether `error` was raised inside Orbax (a read a failed restore left)."""
+  frames = traceback.extract_tb(error.__traceback__) if error else []
+  return any('/orbax/' in frame.filename for frame in frames)
+
+
 class _AbandonedReadsFilter(std_logging.Filter):
   """Drops asyncio's report of the reads a failed restore abandoned.
 
@@ -35,12 +42,26 @@ class _AbandonedReadsFilter(std_logging.Filter):
   def filter(self, record):
     if 'exception was never retrieved' not in record.getMessage():
       return True
-    error = record.exc_info[1] if record.exc_info else None
-    frames = traceback.extract_tb(error.__traceback__) if error else []
-    return not any('/orbax/' in frame.filename for frame in frames)
+    return not _abandoned_read(record.exc_info[1] if record.exc_info else None)
+
+
+def _quiet_abandoned_reads(unraisable, report=sys.unraisablehook):
+  """sys.unraisablehook: the abandoned reads' coroutines, finalized.
+
+  They may be collected at any time after the restore failed, as late as
+  the interpreter's exit (after the one-line error), so this stays for the
+  whole process; any other unraisable exception is reported as before.
+  """
+  if inspect.iscoroutine(unraisable.object) and _abandoned_read(
+      unraisable.exc_value
+  ):
+    logging.debug('abandoned checkpoint read: %s', unraisable.exc_value)
+  else:
+    report(unraisable)
 
 
 std_logging.getLogger('asyncio').addFilter(_AbandonedReadsFilter())
+sys.unraisablehook = _quiet_abandoned_reads
 
 
 def path_name(path) -> str:
@@ -103,6 +124,7 @@ def reading():
   # A failed read abandons Orbax's other reads: their coroutines, collected,
   # and TensorStore's callbacks into the closed event loop would each print
   # a traceback. The one line of DamagedCheckpoint says it all.
+  # (_quiet_abandoned_reads quiets the coroutines collected later.)
   hooks = sys.unraisablehook, sys.excepthook
   sys.unraisablehook, sys.excepthook = _quiet_unraisable, _quiet_exception
   failed = False

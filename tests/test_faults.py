@@ -830,6 +830,46 @@ def test_out_of_memory_while_restoring_does_not_set_a_checkpoint_aside():
       raise ValueError('bad bytes')
 
 
+_LATE_READ = """
+import types
+import nmt_jax.checkpoint_integrity
+namespace = {}
+exec(compile(
+    'async def read(pause):\\n'
+    '  try:\\n'
+    '    await pause\\n'
+    '  finally:\\n'
+    '    raise Exception("Encountered error while reading array index")\\n',
+    FILENAME, 'exec'), namespace)
+pause = types.coroutine(lambda: (yield))()
+left = namespace['read'](pause)
+left.send(None)  # suspended, as the reads a failed restore abandons
+del left  # collected: finalizing it raises
+print('done')
+"""
+
+
+@pytest.mark.parametrize(
+    'filename, quiet',
+    [('/site-packages/orbax/serialization.py', True), ('/elsewhere.py', False)],
+)
+def test_reads_a_failed_restore_abandoned_stay_quiet_when_collected_late(
+    filename, quiet
+):
+  # Under load they were collected after the one-line error and printed a
+  # traceback each, with TensorStore's spec (a thousand lines).
+  result = subprocess.run(
+      [sys.executable, '-c', _LATE_READ.replace('FILENAME', repr(filename))],
+      capture_output=True,
+      text=True,
+      cwd=ROOT,
+      check=True,
+  )
+  assert result.stdout == 'done\n'
+  noise = 'Exception ignored in: <coroutine object read'
+  assert (noise not in result.stderr) == quiet, result.stderr
+
+
 @pytest.mark.filterwarnings('ignore::pytest.PytestUnraisableExceptionWarning')
 def test_a_ctrl_c_dropped_inside_a_gc_callback_is_raised_again(monkeypatch):
   """Python drops an exception raised in a garbage-collector callback (XLA
