@@ -14,9 +14,10 @@
 # alternate, so drifting load on a shared machine reaches both alike. JSON
 # files go to OUT, and the page is written from them
 # (`python -m nmt_jax.tools.performance OUT --output=...`). --dry-run prints
-# the commands instead. REPEATS (3) pairs per figure; PARTS (default
-# "train decode all levers startup page") runs some parts only, and ONLY
-# (names of runs, as in OUT) some runs only. ~2 h on 2 cores. A training
+# the commands instead, after the `cd` to the repository root they need.
+# REPEATS (3) pairs per figure; PARTS (default "train decode all levers
+# startup page") runs some parts only, and ONLY (names of runs, as in OUT)
+# some runs only. ~2 h on 2 cores. A training
 # repetition is STEPS (10) steps in the levers' in-process comparisons and
 # PAIR_STEPS (27) in the runs paired with OpenNMT-py, whose figure is one
 # window of 80 steps (50 at L = 100): 3 x 27 covers as many batches.
@@ -73,7 +74,12 @@ if [[ -n "$PEER_VENV" ]]; then
     [[ -f "$f" ]] || error "$f not found; set PEER_VENV, PEER_SCRIPTS and PEER_WORK (docs/performance.md)"
   done
 fi
-[[ -n "$DRY_RUN" ]] || mkdir -p "$OUT"
+if [[ -n "$DRY_RUN" ]]; then
+  # The commands name configs/ from the repository root: so does the dry run.
+  printf 'cd %q\n' "$REPO_ROOT"
+else
+  mkdir -p "$OUT"
+fi
 
 part() { [[ "$PARTS" == *" $1 "* ]]; }
 cores() { # the cores a run of $1 threads may use

@@ -556,7 +556,7 @@ def _performance_dry_run(tmp_path, **env):
   for f in ('bin/python', 'train_bench.py', 'translate_bench.py'):
     (peer / f).write_text('')
   (peer / 'runs' / 'L50' / 'train.yaml').write_text('')
-  return subprocess.run(
+  result = subprocess.run(
       ['bash', 'launch/performance.sh', str(tmp_path / 'out'), '--dry-run'],
       cwd=ROOT,
       env=dict(
@@ -570,6 +570,10 @@ def _performance_dry_run(tmp_path, **env):
       text=True,
       timeout=60,
   )
+  if result.returncode == 0:  # the commands, after the cd they need
+    first, _, result.stdout = result.stdout.partition('\n')
+    assert first == f'cd {shlex.quote(ROOT)}', first
+  return result
 
 
 def test_performance_runs_alternate_toolkits_on_one_pinned_core(tmp_path):
