@@ -20,6 +20,7 @@ import logging as std_logging
 import os
 import sys
 from typing import List
+import zlib
 
 from absl import app
 from absl import flags
@@ -165,11 +166,7 @@ def run(config, workdir: str, mode: str, stdout=None):
     output = _OUTPUT.value if _OUTPUT.value != '-' else None
     inference.evaluate(config, paths, output)
   else:
-    if mode == 'score':
-      lines = _read_pairs()
-    else:
-      lines = _read_input(_INPUT.value, 'input')
-    output = _check_output(_OUTPUT.value)  # before decoding, not after
+    lines, output = _read_on_every_process(mode)
     if mode == 'score':
       out = inference.score(config, paths, lines)
     else:
@@ -186,6 +183,36 @@ def run(config, workdir: str, mode: str, stdout=None):
     else:  # a FIFO or a device: written into, never replaced
       with open(output, 'w', encoding='utf-8') as f:
         f.write(text)
+
+
+def _read_on_every_process(mode: str):
+  """(input lines or pairs, --output's checked path) of translate/score.
+
+  Every process reads the input and decodes its share: all must read the
+  same. Only process 0 writes, so only it checks --output (before decoding,
+  not after).
+  """
+  error = lines = output = digest = None
+  try:
+    if mode == 'score':
+      lines = _read_pairs()
+    else:
+      lines = _read_input(_INPUT.value, 'input')
+    if jax.process_index() == 0:
+      output = _check_output(_OUTPUT.value)
+    crc = zlib.crc32(repr(lines).encode('utf-8'))
+    digest = f'{len(lines)} lines, CRC-32 {crc:08x}'
+  except errors.UserError as e:
+    error = e
+  parallel.check_same_everywhere(
+      digest,
+      'input',
+      fix='give every process the same input (--input or stdin)',
+      failed='could not read the input or write --output',
+  )
+  if error is not None:
+    raise error
+  return lines, output
 
 
 def _read_pairs():
@@ -298,7 +325,8 @@ def main(argv):
     raise app.UsageError(f'unexpected arguments: {" ".join(argv[1:])}')
   try:
     config = _CONFIG.value
-  except OSError as e:  # config_flags defers load failures to the first access
+    config.keys()  # config_flags defers load failures to the first access
+  except OSError as e:
     _fail(str(e).strip().splitlines()[-1])
   preemption.interrupt_on_sigint()
   stdout = None

@@ -160,6 +160,50 @@ def process_0_first(fn: Callable[[], Any], what: str) -> Any:
   return fn()
 
 
+_same_calls = itertools.count()
+
+
+def check_same_everywhere(
+    value: Optional[str], name: str, fix: str, failed: str
+):
+  """Stops every process with one line unless all read the same `value`.
+
+  `value` is a digest of what this process read (the same on every process
+  for the same input), or None when it failed to read it (it then raises its
+  own error after this returns). Without this check one process's mistake
+  stops only that one and the others die in a collective, with a traceback
+  (or gloo aborts: 'Received data size doesn't match expected size'). The
+  processes meet on the coordination service's key-value store, not in a
+  collective, which on a CPU gives up after 30 s.
+  """
+  if jax.process_count() == 1:
+    return
+  key = f'nmt_jax/same/{next(_same_calls)}'
+  client = ocp_multihost.get_jax_distributed_client()
+  client.key_value_set(f'{key}/{jax.process_index()}', value or 'failed')
+  values = []
+  for i in range(jax.process_count()):
+    try:
+      values.append(
+          client.blocking_key_value_get(
+              f'{key}/{i}', PROCESS_0_FIRST_WAIT_S * 1000
+          )
+      )
+    except jax.errors.JaxRuntimeError as e:
+      raise UserError(
+          f'process {i} did not report its {name} ({_first_line(e)}); its'
+          ' log says why'
+      ) from None
+  if value is None:
+    return
+  for i, other in enumerate(values):
+    if other == 'failed':
+      raise UserError(f'process {i} {failed}; its log says why')
+  if len(set(values)) > 1:
+    seen = ', '.join(f'process {i}: {v}' for i, v in enumerate(values))
+    raise UserError(f'the processes read different {name} ({seen}); {fix}')
+
+
 def _first_line(error: BaseException) -> str:
   return (str(error).strip().splitlines() or [type(error).__name__])[0][:200]
 

@@ -193,6 +193,58 @@ def test_two_processes_stop_together_resume_and_agree_with_one(tmp_path):
   assert steps == list(range(1, end + 1))
 
 
+def test_processes_that_read_different_input_stop_with_one_line(tmp_path):
+  # Each process reads the input; one that read other lines (or none) made
+  # the others die in a collective (gloo aborted on mismatched sizes, or a
+  # traceback after its 30 s timeout). The check comes before the workdir is
+  # read: this one has no checkpoints.
+  workdir = tmp_path / 'untrained'
+  inputs = [tmp_path / 'a.txt', tmp_path / 'b.txt']
+  inputs[0].write_text('a b c\nd e\n')
+  inputs[1].write_text('a b c\n')
+
+  def translate(files, *args):
+    port = free_port()
+    opened = [open(f) for f in files]
+    try:
+      processes = [
+          start(
+              i,
+              port,
+              f'--config={CONFIG}',
+              f'--workdir={workdir}',
+              '--mode=translate',
+              *args,
+              stdin=f,
+          )
+          for i, f in enumerate(opened)
+      ]
+      results = [p.communicate(timeout=120) for p in processes]
+    finally:
+      for f in opened:
+        f.close()
+    lasts = [err.strip().splitlines()[-1] for _, err in results]
+    assert [p.returncode for p in processes] == [2, 2], lasts
+    assert not any('Traceback' in err for _, err in results)
+    assert not any(out for out, _ in results)
+    return lasts
+
+  lasts = translate(inputs)
+  assert lasts[0] == lasts[1]
+  assert lasts[0].startswith('error: the processes read different input'), lasts
+  assert '2 lines' in lasts[0] and '1 lines' in lasts[0]
+  assert lasts[0].endswith(
+      'give every process the same input (--input or stdin)'
+  )
+  # A mistake only process 0 sees (its --output folder does not exist).
+  lasts = translate([inputs[0], inputs[0]], f'--output={tmp_path}/no/out.txt')
+  assert 'folder' in lasts[0] and 'does not exist' in lasts[0], lasts
+  assert lasts[1] == (
+      'error: process 0 could not read the input or write --output; its log'
+      ' says why'
+  )
+
+
 def test_unreachable_coordinator_is_a_clear_error_not_a_hang(tmp_path):
   workdir = tmp_path / 'run'
   began = time.monotonic()
