@@ -68,16 +68,24 @@ def check_config_file(path: str, arg):
 
 def parse_flags(argv):
   """Parses absl flags; config mistakes are one error line, not a traceback."""
-  for arg in argv[1:]:
-    if arg.startswith('--config='):
-      path, _, config_arg = arg[len('--config=') :].partition(':')
-      if not os.path.isfile(path):
-        fail(
-            f'config file {path} does not exist (run from the repository root,'
-            ' or give the path of a config file, e.g.'
-            ' --config=configs/global_general.py)'
-        )
-      check_config_file(path, config_arg or None)
+  for i, arg in enumerate(argv[1:], start=1):
+    if arg == '--':  # absl reads no flags after it
+      break
+    name, equals, value = arg.partition('=')
+    if name not in ('--config', '-config'):
+      continue
+    if not equals:  # --config PATH
+      if i + 1 >= len(argv):
+        continue  # absl says the flag needs a value
+      value = argv[i + 1]
+    path, _, config_arg = value.partition(':')
+    if not os.path.isfile(path):
+      fail(
+          f'config file {path} does not exist (run from the repository root,'
+          ' or give the path of a config file, e.g.'
+          ' --config=configs/global_general.py)'
+      )
+    check_config_file(path, config_arg or None)
   try:
     return flags.FLAGS(argv)
   except (KeyError, AttributeError) as e:  # --config.<unknown field>=...

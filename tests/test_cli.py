@@ -13,6 +13,7 @@ import time
 import numpy as np
 import pytest
 
+from nmt_jax import cli_flags
 from tests import conftest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -361,6 +362,27 @@ def test_missing_config_file(tmp_path):
       nmt('--config=configs/nope.py', f'--workdir={tmp_path}', check=False),
       'config file configs/nope.py does not exist',
   )
+
+
+@pytest.mark.parametrize(
+    'form', [['--config', '{}'], ['-config={}'], ['-config', '{}']]
+)
+def test_every_spelling_of_the_config_flag_is_checked_first(
+    form, tmp_path, capsys
+):
+  # absl takes all of these; only --config=PATH was checked, the others gave
+  # two tracebacks (config_flags defers a load failure to its first use).
+  broken = tmp_path / 'broken.py'
+  broken.write_text('def get_config(:\n')
+  for path, fragment in [
+      ('configs/nope.py', 'config file configs/nope.py does not exist'),
+      (str(broken), f'config file {broken} line 1: syntax error'),
+  ]:
+    argv = ['main', *(a.format(path) for a in form), '--workdir=w']
+    with pytest.raises(SystemExit) as exit_info:
+      cli_flags.parse_flags(argv)
+    assert exit_info.value.code == 2
+    assert capsys.readouterr().err.startswith(f'error: {fragment}')
 
 
 @pytest.fixture(scope='module')
