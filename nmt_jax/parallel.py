@@ -218,8 +218,15 @@ def make_mesh(mesh_shape: Sequence[int] = (-1,)) -> Mesh:
   where N must be the device count.
   """
   devices = jax.devices()
-  shape = tuple(mesh_shape)
-  if len(shape) != 1 or not (shape[0] == -1 or shape[0] > 0):
+  shape = (
+      tuple(mesh_shape) if not isinstance(mesh_shape, str) else (mesh_shape,)
+  )
+  if (
+      len(shape) != 1
+      or not isinstance(shape[0], int)
+      or isinstance(shape[0], bool)
+      or not (shape[0] == -1 or shape[0] > 0)
+  ):
     raise ConfigError(
         f'config: parallel.mesh_shape={shape} must be one axis, (N,) or (-1,) '
         'for all devices (--config.parallel.mesh_shape="(-1,)")'

@@ -8,6 +8,8 @@ import sys
 import numpy as np
 import pytest
 
+from nmt_jax import errors
+from nmt_jax import parallel
 from tests import conftest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -122,6 +124,15 @@ def test_device_mistakes_are_one_line_errors(tmp_path, override, message):
   assert result.stderr.strip().splitlines()[-1].startswith('error: ')
   assert message in result.stderr
   assert not workdir.exists()  # refused before anything was written
+
+
+@pytest.mark.parametrize(
+    'shape', [('a',), 'abc', (2.5,), (True,), (0,), (-1, 1), ()]
+)
+def test_a_mesh_shape_that_is_not_one_device_count_is_a_config_error(shape):
+  # ('a',) reached a comparison with 0: TypeError and a traceback.
+  with pytest.raises(errors.ConfigError, match='must be one axis'):
+    parallel.make_mesh(shape)
 
 
 def test_batches_by_tokens_need_no_divisible_batch_size(tmp_path):
