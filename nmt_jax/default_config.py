@@ -23,7 +23,9 @@ A config file calls `get_config(arg)` and changes what its experiment needs:
   'luong_sgd'  Luong et al. 2015's recipe: SGD, lr 1.0 halved every epoch
                after epoch 5, 10 epochs, clip 5, batch 128.
   'tiny'       test-sized model (16 units, few steps) for the test suite.
-Presets compose with commas: `copy100,tiny`. They change the defaults; the
+Presets compose with commas: `copy100,tiny`; only one of copyN, chunk,
+wmt17_de_en and shu_de_en chooses the data (copy50,chunk: the chunk task at
+L = 50). They change the defaults; the
 config file's own settings come after them and win (global_general.py:rnnsearch
 keeps the general score, memory_k64.py:tiny its 64 slots). The two real-corpus
 presets read TFDS data: run them once with --mode=prepare (downloads the

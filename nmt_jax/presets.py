@@ -144,34 +144,40 @@ PRESETS = {
 }
 
 
+# The presets that choose the data: a second one would silently undo the
+# first, except chunk after copyN (the chunk task at copyN's length).
+DATA_PRESETS = ('copyN', 'chunk', 'wmt17_de_en', 'shu_de_en')
+
+
 def apply_presets(config, arg):
   """Applies the comma-separated presets of `arg` in order.
 
-  Two that choose the data (data.name) are refused: the later one would
-  silently undo the earlier ('chunk,copy50' is the copy task).
+  Two that choose the data (DATA_PRESETS) are refused, but for chunk after
+  copyN: 'chunk,copy50' would be the copy task, 'copy100,copy50' L = 50.
   """
-  chosen_by = None  # the preset that set data.name
+  chosen_by = None  # (name, preset) that chose the data
   for name in (arg or '').split(','):
     name = name.strip()
     numbered = re.fullmatch(r'([a-z_]+?)(\d+)', name)
     if not name:
       continue
-    before = config.data.name
     if name in PRESETS:
+      preset = name
       PRESETS[name](config)
     elif numbered and f'{numbered.group(1)}N' in PRESETS:
-      PRESETS[f'{numbered.group(1)}N'](config, int(numbered.group(2)))
+      preset = f'{numbered.group(1)}N'
+      PRESETS[preset](config, int(numbered.group(2)))
     else:
       raise ValueError(
           f'unknown config preset {name!r}: use one of {", ".join(PRESETS)} '
           '(e.g. --config=configs/global_general.py:copy100)'
       )
-    if config.data.name != before:
-      if chosen_by:
-        raise ValueError(
-            f'config presets {chosen_by!r} and {name!r} both choose the data'
-            f' (data.name {before!r}, then {config.data.name!r}); keep one,'
-            f' or give {name!r} first (e.g. copy50,chunk: the chunk task at'
-            ' L = 50)'
-        )
-      chosen_by = name
+    if preset not in DATA_PRESETS:
+      continue
+    if chosen_by and (preset, chosen_by[1]) != ('chunk', 'copyN'):
+      raise ValueError(
+          f'config presets {chosen_by[0]!r} and {name!r} both choose the data'
+          ' (the later would undo the earlier); keep one (copy50,chunk is'
+          ' the chunk task at L = 50)'
+      )
+    chosen_by = (name, preset)

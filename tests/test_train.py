@@ -132,7 +132,14 @@ def test_unknown_preset():
 def test_presets_that_both_choose_the_data_are_refused():
   config = default_config.get_config('copy50,chunk')
   assert (config.data.name, config.data.max_length) == ('chunk_reverse', 50)
-  for arg in ('chunk,copy50', 'chunk,wmt17_de_en'):
+  # copy sets the default data.name: copy100,copy50 was silently L = 50.
+  for arg in (
+      'chunk,copy50',
+      'chunk,wmt17_de_en',
+      'copy100,copy50',
+      'copy50,wmt17_de_en',
+      'wmt17_de_en,shu_de_en',
+  ):
     with pytest.raises(ValueError, match='both choose the data'):
       default_config.get_config(arg)
 
