@@ -99,15 +99,19 @@ def choose_steps(ckpts, last: int = 0, best: int = 0) -> List[int]:
         ' fewer, or use --last=N'
     )
   ranked = sorted(validated, key=lambda s: (bleu[s], s), reverse=True)
-  _check_best_kept(ckpts, steps, best)
-  return sorted(ranked[:best])
+  chosen = sorted(ranked[:best])
+  _check_best_kept(ckpts, steps, chosen, min(bleu[s] for s in chosen))
+  return chosen
 
 
-def _check_best_kept(ckpts, steps: List[int], best: int):
-  """UserError if a validation among the run's `best` best (metrics.jsonl)
-  has no kept checkpoint: the kept ones would not be the best N.
+def _check_best_kept(ckpts, steps: List[int], chosen: List[int], worst: float):
+  """UserError if a validation (metrics.jsonl) scored above `worst`, the
+  lowest BLEU of the `chosen` checkpoints, and has no kept checkpoint: the
+  chosen ones would not be the best.
 
-  A run keeps its newest train.keep_checkpoints and its best checkpoint.
+  A run keeps its newest train.keep_checkpoints and its best checkpoint; a
+  validation that only tied the best so far was not saved, so ties do not
+  count.
   """
   records = writers.read_metrics(os.path.dirname(ckpts.directory))
   bleu = {
@@ -115,15 +119,15 @@ def _check_best_kept(ckpts, steps: List[int], best: int):
       for r in records
       if r.get('split') == 'valid' and 'bleu' in r
   }
-  top = sorted(bleu, key=lambda s: (bleu[s], s), reverse=True)[:best]
-  gone = [s for s in top if s not in steps]
+  gone = sorted(s for s in bleu if bleu[s] > worst and s not in steps)
   if gone:
-    kept = top.index(gone[0])
+    top = max(bleu[s] for s in gone)
+    kept = sum(1 for s in steps if s in bleu and bleu[s] > top)
     fewer = f'--best={kept}, ' if kept else ''
     raise errors.UserError(
-        f"--best={best}: the run's {best} best validations were at steps"
-        f' {sorted(top)}, and {gone} have no kept checkpoint (a run keeps its'
-        ' newest train.keep_checkpoints and its best); average'
+        f'--best={len(chosen)}: the validations at steps {gone} scored above'
+        f' the chosen checkpoints {chosen} and have no kept checkpoint (a run'
+        ' keeps its newest train.keep_checkpoints and its best); average'
         f' {fewer}--last=N, or train with a higher'
         ' --config.train.keep_checkpoints'
     )
@@ -158,6 +162,18 @@ def average_checkpoints(
   ) == os.path.abspath(workdir):
     raise errors.UserError(
         f'--output={output} already holds checkpoints; give a new folder'
+    )
+  # A prepared or interrupted workdir: its config, vocabulary and metrics
+  # would be replaced or (metrics.jsonl) describe another model.
+  held = [
+      name
+      for name in ('config.json', 'vocab', 'metrics.jsonl')
+      if os.path.exists(os.path.join(output, name))
+  ]
+  if held:
+    raise errors.UserError(
+        f'--output={output} is a workdir already (it holds'
+        f' {", ".join(held)}); give a new folder'
     )
   mesh = parallel.make_mesh()
   sharding = parallel.replicated(mesh)

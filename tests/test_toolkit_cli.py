@@ -295,6 +295,17 @@ def test_averaged_checkpoints_load_in_every_mode(copy_model, tmp_path):
   )
   assert again.returncode == 2 and 'keep_checkpoints' in again.stderr
   assert not os.path.exists(tmp_path / 'nine')
+  # A workdir without checkpoints (prepared, or stopped before its first
+  # save) is not a new folder: its config and vocabulary were replaced.
+  prepared = tmp_path / 'prepared'
+  prepared.mkdir()
+  (prepared / 'config.json').write_text('{"mine": 1}')
+  (prepared / 'metrics.jsonl').write_text('')
+  with pytest.raises(
+      errors.UserError, match='holds config.json, metrics.jsonl'
+  ):
+    average.average_checkpoints(copy_model, str(prepared), last=1)
+  assert (prepared / 'config.json').read_text() == '{"mine": 1}'
 
 
 def _valid_steps(workdir):
@@ -580,8 +591,33 @@ def test_averaging_the_best_n_refuses_when_a_better_one_is_gone(
   bleu = {2: 15.0, 6: 20.0, 8: 1.0}
   monkeypatch.setattr(average, '_bleu', lambda ckpts, step: bleu[step])
   assert average.choose_steps(Kept, best=2) == [2, 6]
-  with pytest.raises(errors.UserError, match=r'\[4\] have no kept.*--best=2,'):
+  with pytest.raises(
+      errors.UserError, match=r'steps \[4\] scored above.*--best=2,'
+  ):
     average.choose_steps(Kept, best=3)
+
+
+def test_averaging_the_best_n_is_not_refused_for_a_tie_that_was_not_saved(
+    tmp_path, monkeypatch
+):
+  # Validations 5, 5, 3, 3 at steps 1-4: training saves a new best only, so
+  # of the tie it kept step 1 (and step 4, the newest). The best 1 was
+  # refused as "step 2 has no kept checkpoint".
+  with open(tmp_path / 'metrics.jsonl', 'w') as f:
+    for step, value in ((1, 5.0), (2, 5.0), (3, 3.0), (4, 3.0)):
+      f.write(json.dumps({'step': step, 'split': 'valid', 'bleu': value}))
+      f.write('\n')
+
+  class Kept:
+    directory = str(tmp_path / 'checkpoints')
+    manager = type('Manager', (), {'all_steps': staticmethod(lambda: [1, 4])})
+
+  bleu = {1: 5.0, 4: 3.0}
+  monkeypatch.setattr(average, '_bleu', lambda ckpts, step: bleu[step])
+  assert average.choose_steps(Kept, best=1) == [1]
+  # Step 2 (BLEU 5) beats step 4: [1, 4] are not the best 2.
+  with pytest.raises(errors.UserError, match=r'steps \[2\] scored above'):
+    average.choose_steps(Kept, best=2)
 
 
 def test_alignments_of_an_ensemble_without_attention_are_one_line(tmp_path):
