@@ -10,4 +10,10 @@ from nmt_jax import default_config
 def get_config(arg=None):
   config = default_config.get_config(arg)
   config.model.attention.kind = 'none'
+  # Without a context there is no W_c [c_t; h_t] for a preset's readout layer
+  # (shu_de_en's 600 units) to size: it becomes a tanh layer on h_t instead.
+  if config.model.readout == 'luong' and config.model.readout_size:
+    if not config.model.output_hidden_size:
+      config.model.output_hidden_size = config.model.readout_size
+    config.model.readout_size = 0
   return config

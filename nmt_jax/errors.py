@@ -55,6 +55,11 @@ def _number(field: str, value: Any, allow_inf: bool = False):
     raise config_error(field, value, 'must be finite', 'give a finite number')
 
 
+def finite(field: str, value: Any):
+  """Checks value is a finite number (any sign)."""
+  _number(field, value)
+
+
 def positive(field: str, value: Any):
   """Checks value > 0 (finite)."""
   _number(field, value)

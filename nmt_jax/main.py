@@ -103,6 +103,7 @@ _DISTRIBUTED_TIMEOUT = flags.DEFINE_integer(
     'distributed_timeout',
     300,
     'Seconds to wait for all processes to join before giving up.',
+    lower_bound=1,
 )
 flags.mark_flags_as_required(['config', 'workdir'])
 

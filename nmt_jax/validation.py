@@ -67,6 +67,7 @@ NON_NEGATIVE = (
     'data.batch_tokens',
     'data.vocab.target_size',
 )
+FINITE = ('model.forget_bias',)
 CHOICES = {
     'model.query': ('current', 'previous'),
     'model.readout': ('luong', 'bahdanau_maxout'),
@@ -108,6 +109,8 @@ def validate(config):
     errors.positive(field, _get(config, field))
   for field in NON_NEGATIVE:
     errors.non_negative(field, _get(config, field))
+  for field in FINITE:
+    errors.finite(field, _get(config, field))
   for field, choices in CHOICES.items():
     errors.one_of(*choices)(field, _get(config, field))
   if not (
@@ -163,8 +166,17 @@ def validate(config):
 
 
 def _check_model(model):
+  kind = attention.get(model.attention.kind)
+  if model.readout == 'luong' and not kind.HAS_CONTEXT and model.readout_size:
+    raise errors.config_error(
+        'model.readout_size',
+        model.readout_size,
+        'sizes tanh(W_c [c_t; h_t]), which attention kind'
+        f' {model.attention.kind!r} does not have (htilde_t = h_t)',
+        'set model.readout_size=0, or model.output_hidden_size='
+        f'{model.readout_size} for a tanh layer before the softmax',
+    )
   if model.tie_embeddings:
-    kind = attention.get(model.attention.kind)
     readout = model.readout_size or model.hidden_size
     if model.readout == 'luong' and not kind.HAS_CONTEXT:
       readout = model.hidden_size

@@ -385,6 +385,20 @@ def test_every_spelling_of_the_config_flag_is_checked_first(
     assert capsys.readouterr().err.startswith(f'error: {fragment}')
 
 
+def test_a_distributed_timeout_below_one_second_is_refused(tmp_path):
+  # 0 or less fired the watchdog at once: "did not form within -5s
+  # (coordinator unreachable ...)" blamed the network.
+  _expect_error(
+      nmt(
+          f'--config={CONFIG}',
+          f'--workdir={tmp_path}/w',
+          '--distributed_timeout=0',
+          check=False,
+      ),
+      'flag --distributed_timeout=0: 0 is not a positive integer',
+  )
+
+
 @pytest.fixture(scope='module')
 def trained_flexible(tmp_path_factory):
   workdir = str(tmp_path_factory.mktemp('runs') / 'flexible')

@@ -436,6 +436,7 @@ def _float_fields():
   for field in (
       list(validation.POSITIVE)
       + list(validation.NON_NEGATIVE)
+      + list(validation.FINITE)
       + ['model.attention.sigma', 'model.attention.tau']
   ):
     node = config

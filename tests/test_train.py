@@ -242,6 +242,23 @@ def test_every_config_file_and_preset_validates(preset):
     assert validation.resolve(config).model.attention.kind in attention.kinds()
 
 
+def test_a_readout_size_without_attention_is_refused_not_ignored():
+  # htilde_t = h_t without a context: readout_size sized nothing, and
+  # no_attention.py:shu_de_en silently had no 600-unit layer.
+  config = default_config.get_config('tiny')
+  config.model.attention.kind = 'none'
+  config.model.readout_size = 7
+  with pytest.raises(errors.ConfigError, match='output_hidden_size=7'):
+    validation.resolve(config)
+  config.model.readout = 'bahdanau_maxout'  # U_o q + V_o E y: 7 units
+  validation.resolve(config)
+  root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+  path = os.path.join(root, 'configs', 'no_attention.py')
+  config = default_config.sibling_config(path, 'no_attention', 'shu_de_en')
+  model = validation.resolve(config).model
+  assert (model.readout_size, model.output_hidden_size) == (0, 600)
+
+
 def test_a_config_files_own_fields_win_over_its_presets():
   root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
   configs = os.path.join(root, 'configs')
