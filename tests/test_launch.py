@@ -252,6 +252,10 @@ def test_multi_gpu_ctrl_c_waits_for_every_process_to_close(tmp_path):
       cwd=ROOT,
       env=env,
       start_new_session=True,  # a terminal's foreground process group
+      # A suite started in the background (`pytest &`) hands SIGINT down
+      # ignored, and bash cannot trap a signal ignored on entry: the script
+      # never heard the Ctrl-C. A terminal's job has the default.
+      preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
   )
   try:
     deadline = time.time() + 30
