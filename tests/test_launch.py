@@ -247,16 +247,20 @@ def test_multi_gpu_ctrl_c_waits_for_every_process_to_close(tmp_path):
   early on the signal, leaving process 0 saving (and locking the workdir)."""
   env = _with_fake_python(tmp_path, FAKE_PYTHON)
   env['FAKE_OUT'] = str(tmp_path)
-  script = subprocess.Popen(
-      _two_processes_per_gpu(tmp_path),
-      cwd=ROOT,
-      env=env,
-      start_new_session=True,  # a terminal's foreground process group
-      # A suite started in the background (`pytest &`) hands SIGINT down
-      # ignored, and bash cannot trap a signal ignored on entry: the script
-      # never heard the Ctrl-C. A terminal's job has the default.
-      preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
-  )
+  # A suite started in the background (`pytest &`) hands SIGINT down
+  # ignored, and bash cannot trap a signal ignored on entry: the script never
+  # heard the Ctrl-C. A terminal's job has the default (a Python handler is
+  # the default after exec; preexec_fn would fork a threaded process).
+  before = signal.signal(signal.SIGINT, signal.default_int_handler)
+  try:
+    script = subprocess.Popen(
+        _two_processes_per_gpu(tmp_path),
+        cwd=ROOT,
+        env=env,
+        start_new_session=True,  # a terminal's foreground process group
+    )
+  finally:
+    signal.signal(signal.SIGINT, before)
   try:
     deadline = time.time() + 30
     while not all((tmp_path / f'started{i}').exists() for i in (0, 1)):
