@@ -272,8 +272,9 @@ def get_config(arg=None):
   # Ensembles (--workdir=A,B): average the members' 'log_probs' per step
   # (OpenNMT-py, Marian) or their 'probs' (fairseq).
   config.decode.ensemble_average = 'log_probs'
-  # --mode=eval traces its (steady-state) decoding pass into
-  # <output>/profile_decode (jax.profiler, as train.profile_steps).
+  # --mode=eval traces one extra decoding pass (compiled already; not timed:
+  # tracing slows it) into <output>/profile_decode (jax.profiler, as
+  # train.profile_steps).
   config.decode.profile = False
   # What the decoder computes from the fed-back word alone (layer 0's
   # embedding-to-gates projection; flexible attention's W_g^i i_t; the maxout

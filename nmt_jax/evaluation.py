@@ -81,7 +81,7 @@ def decode_split(
   `decode_seconds` is the fastest pass (the least disturbed by other work on
   the machine; `decode_cpu_seconds` is its process CPU time);
   `decode_seconds_all` lists every pass. With `profile_dir`
-  the first timed pass is traced there (jax.profiler).
+  one more, untimed pass is traced there (jax.profiler).
   Returns (n-best lists of Hypothesis in split order, best first; statistics:
   'windows' (decode.Windows of numpy [N] arrays in split order),
   'source_lengths' [N] (EOS included), decode_seconds, compile_seconds,
@@ -110,13 +110,14 @@ def decode_split(
         else jax.device_get(outputs)
     )
 
+  if profile_dir:
+    # A pass of its own, not timed: tracing slowed decoding x2-3 on a CPU,
+    # and with one timing repeat it was the time reported.
+    with jax.profiler.trace(profile_dir, create_perfetto_trace=True):
+      run_pass()
   passes, cpu = [], []
-  for repeat in range(max(1, timing_repeats)):
-    if profile_dir and not repeat:
-      with jax.profiler.trace(profile_dir, create_perfetto_trace=True):
-        outputs, seconds, cpu_seconds = timing.timed_with_cpu(run_pass)
-    else:
-      outputs, seconds, cpu_seconds = timing.timed_with_cpu(run_pass)
+  for _ in range(max(1, timing_repeats)):
+    outputs, seconds, cpu_seconds = timing.timed_with_cpu(run_pass)
     passes.append(seconds)
     cpu.append(cpu_seconds)
 

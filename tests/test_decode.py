@@ -1,5 +1,6 @@
 """Decoding: beam 1 == greedy, batch-size invariance, exactness, scores, EOS and limits."""
 
+import contextlib
 import functools
 import itertools
 
@@ -348,6 +349,48 @@ def test_decode_split_matches_direct_decoding_and_times_the_fastest_pass():
     alone = _strip(_greedy(model, params, source[None]).tokens[0])
     expected = alone[:-1] if alone and alone[-1] == EOS else alone
     assert tuple(hyp.ids) == expected
+
+
+def test_the_profiled_decoding_pass_is_not_a_timed_one(monkeypatch, tmp_path):
+  # Tracing slowed the pass x2-3, and with one timing repeat its time was
+  # the decode_ms_per_sentence reported.
+  _, model, params = _setup()
+  sources = [np.asarray([5, 6, 7, EOS], np.int32)] * 3
+  split = dataset.Split(
+      source=sources, target=sources, source_text=[''] * 3, target_text=[''] * 3
+  )
+  tracing, timed_while_tracing, traces = [False], [], []
+
+  @contextlib.contextmanager
+  def trace(directory, **kwargs):
+    del kwargs
+    traces.append(directory)
+    tracing[0] = True
+    yield
+    tracing[0] = False
+
+  timed = evaluation.timing.timed_with_cpu
+
+  def timed_with_cpu(fn):
+    timed_while_tracing.append(tracing[0])
+    return timed(fn)
+
+  monkeypatch.setattr(evaluation.jax.profiler, 'trace', trace)
+  monkeypatch.setattr(evaluation.timing, 'timed_with_cpu', timed_with_cpu)
+  decode_fn = jax.jit(
+      functools.partial(decode.greedy_search, model, ratio=1.5, offset=2)
+  )
+  _, stats = evaluation.decode_split(
+      decode_fn,
+      params,
+      split,
+      batch_size=2,
+      boundaries=[8],
+      profile_dir=str(tmp_path),
+  )
+  assert traces == [str(tmp_path)]
+  assert timed_while_tracing == [False]
+  assert len(stats['decode_seconds_all']) == 1
 
 
 @pytest.mark.parametrize(
