@@ -19,29 +19,59 @@ def profile_dir(workdir: str, name: str) -> str:
 
 
 class Profiler(contextlib.AbstractContextManager):
-  """Traces steps profile_from_step + 1 .. + profile_steps (jax.profiler)."""
+  """Traces steps profile_from_step + 1 .. + profile_steps (jax.profiler).
+
+  A run resumed inside that window traces the rest of it; a window the run
+  never reaches (or has passed) is a warning, not a silent no-profile.
+  """
 
   def __init__(self, directory: str, train_config):
     self.directory = directory
     self.first = train_config.profile_from_step
-    self.last = self.first + train_config.profile_steps
+    self.last = min(
+        self.first + train_config.profile_steps, train_config.num_steps
+    )
     self.enabled = train_config.profile_steps > 0
     self.tracing = False
+    self.started = self.latest = None  # the steps traced: started+1..latest
+    if self.enabled and self.first >= train_config.num_steps:
+      logging.warning(
+          'no profile: train.profile_from_step=%d is not before'
+          ' train.num_steps=%d; set a smaller profile_from_step',
+          self.first,
+          train_config.num_steps,
+      )
+      self.enabled = False
 
   def before(self, step: int):
-    if self.enabled and step == self.first:
+    if not self.enabled or self.tracing or self.started is not None:
+      return
+    if step >= self.last:
+      logging.warning(
+          'no profile: steps %d-%d were trained before step %d, where this'
+          ' run starts',
+          self.first + 1,
+          self.last,
+          step,
+      )
+      self.enabled = False
+    elif step >= self.first:
       jax.profiler.start_trace(self.directory, create_perfetto_trace=True)
-      self.tracing = True
+      self.tracing, self.started, self.latest = True, step, step
 
   def after(self, done: int, state):
-    if self.tracing and done == self.last:
+    self.latest = done
+    if self.tracing and done >= self.last:
       jax.block_until_ready(state)  # the traced steps, not their dispatch
       self.__exit__(None, None, None)
-      logging.info(
-          'profile of steps %d-%d in %s', self.first + 1, done, self.directory
-      )
 
   def __exit__(self, *exc_info):
     if self.tracing:
       self.tracing = False
       jax.profiler.stop_trace()
+      logging.info(
+          'profile of steps %d-%d in %s',
+          self.started + 1,
+          self.latest,
+          self.directory,
+      )

@@ -21,6 +21,7 @@ from nmt_jax import models
 from nmt_jax import outputs
 from nmt_jax import parallel
 from nmt_jax import plateau
+from nmt_jax import profiling
 from nmt_jax import scorers
 from nmt_jax import steps
 from nmt_jax import validation
@@ -421,3 +422,46 @@ def test_a_workdir_without_metrics_has_no_records_to_replay(tmp_path):
   tracker = plateau.Plateau(_train_config(early_stopping_patience=2))
   tracker.replay(writers.read_metrics(str(tmp_path)), 100)
   assert not tracker.stopped and tracker.best is None
+
+
+@pytest.mark.parametrize(
+    'first, count, num_steps, start, traced',
+    [
+        (1, 2, 10, 0, (1, 3)),  # steps 2-3
+        (10, 3, 4, 0, None),  # the default step 10 in a 4-step run: a warning
+        (2, 5, 4, 0, (2, 4)),  # the window ends with the run
+        (10, 3, 20, 11, (11, 13)),  # resumed inside it: the rest of it
+        (10, 3, 20, 15, None),  # resumed after it: a warning
+    ],
+)
+def test_the_profiler_traces_the_steps_of_its_window_the_run_reaches(
+    monkeypatch, first, count, num_steps, start, traced
+):
+  # It started only at step == profile_from_step exactly: a short or resumed
+  # run wrote no profile and said nothing.
+  calls = []
+  monkeypatch.setattr(
+      profiling.jax.profiler, 'start_trace', lambda *a, **k: calls.append('+')
+  )
+  monkeypatch.setattr(
+      profiling.jax.profiler, 'stop_trace', lambda: calls.append('-')
+  )
+  warnings = []
+  monkeypatch.setattr(
+      profiling.logging, 'warning', lambda *a: warnings.append(a[0] % a[1:])
+  )
+  t = default_config.get_config().train
+  t.profile_from_step, t.profile_steps, t.num_steps = first, count, num_steps
+  marks = []
+  with profiling.Profiler('/unused', t) as profiler:
+    for step in range(start, num_steps):
+      profiler.before(step)
+      marks.append(len(calls))
+      profiler.after(step + 1, None)
+  if traced is None:
+    assert calls == [] and len(warnings) == 1 and 'no profile' in warnings[0]
+  else:
+    assert calls == ['+', '-'] and not warnings
+    # Steps traced: those run while the trace was open.
+    inside = [s + 1 for s, n in zip(range(start, num_steps), marks) if n == 1]
+    assert (inside[0] - 1, inside[-1]) == traced
