@@ -144,7 +144,9 @@ _STARTUP_DIR = flags.DEFINE_string(
     'startup: keep the workdirs, caches and logs here (default: a temporary'
     ' directory, removed).',
 )
-_TOP = flags.DEFINE_integer('top', 20, 'ops: the costliest ops listed.')
+_TOP = flags.DEFINE_integer(
+    'top', 20, 'ops: the costliest ops listed.', lower_bound=1
+)
 _TRACE = flags.DEFINE_enum(
     'trace',
     'train',
@@ -338,6 +340,8 @@ def main(argv):
     raise app.UsageError(f'bench {argv[1]} takes no --peer')
   std_logging.getLogger('absl').addFilter(writers.QuietLibraries())
   try:
+    if _JSON.value:  # before the run, not after it
+      _check_json_path(_JSON.value)
     bench.pin_threads(_THREADS.value)  # before JAX starts its backend
     result = run(argv[1])
   except errors.UserError as e:
@@ -345,9 +349,19 @@ def main(argv):
     sys.exit(2)
   print_table(result)
   if _JSON.value:
-    with open(_JSON.value, 'w') as f:
-      json.dump(result, f, indent=2)
-      f.write('\n')
+    writers.write_text(_JSON.value, json.dumps(result, indent=2) + '\n')
+
+
+def _check_json_path(path: str):
+  folder = os.path.dirname(os.path.abspath(path))
+  if not os.path.isdir(folder):
+    raise errors.UserError(
+        f'--json={path}: folder {folder} does not exist; create it first'
+    )
+  if os.path.isdir(path) or not os.access(folder, os.W_OK):
+    raise errors.UserError(
+        f'--json={path} cannot be written; give a writable file path'
+    )
 
 
 if __name__ == '__main__':

@@ -125,6 +125,7 @@ def test_bench_peer_that_matches_nothing_is_one_line(tmp_path):
         ('decode', '--repeats=0', '--repeats=0: 0 is not a positive'),
         ('decode', '--num_sentences=0', '--num_sentences=0: 0 is not a'),
         ('train', '--steps=0', '--steps=0: 0 is not a positive'),
+        ('ops', '--top=-3', '--top=-3: -3 is not a positive'),
         ('ops', '--compare=configs/memory_k64.py:tiny', 'takes no --compare'),
         ('startup', '--peer=x.json', 'bench startup takes no --peer'),
     ],
@@ -141,6 +142,23 @@ def test_bench_flag_mistakes_stop_before_any_work(command, flag, message):
   )
   assert out.returncode == 1 and message in out.stderr, out.stderr[-1000:]
   assert 'Traceback' not in out.stderr
+
+
+def test_an_unwritable_json_path_stops_before_the_run(tmp_path):
+  # It was a FileNotFoundError traceback after the whole run, results lost.
+  out = conftest.run_module(
+      'nmt_jax.bench',
+      'ops',
+      '--config=configs/global_general.py:tiny',
+      f'--json={tmp_path}/missing/ops.json',
+      check=False,
+  )
+  assert out.returncode == 2, out.stderr[-1000:]
+  assert out.stderr.strip().splitlines()[-1] == (
+      f'error: --json={tmp_path}/missing/ops.json: folder'
+      f' {tmp_path}/missing does not exist; create it first'
+  )
+  assert out.stdout == ''  # no table: nothing was run
 
 
 def test_bench_decode_json_with_compare(tmp_path):
