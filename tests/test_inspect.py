@@ -532,6 +532,35 @@ def test_plots_write_png(runs, tmp_path):
     plots.plot_tau_tradeoff([memory])
 
 
+def test_the_tau_plot_leaves_out_references_without_a_window_over_the_source():
+  # Memory's window is its K slots: K / S = 1,782% put the flexible curve
+  # into the first twentieth of the x-axis.
+  def record(kind, fraction, tau_sweep=None):
+    return runs_lib.RunRecord(
+        workdir=f'/runs/{kind}',
+        config={'model': {'attention': {'kind': kind}}},
+        metrics=[],
+        eval_results={
+            'bleu': 50.0,
+            'beam_size': 1,
+            'avg_window_fraction': fraction,
+        },
+        tau_sweep=tau_sweep,
+    )
+
+  sweep_rows = [
+      {'tau': tau, 'beam_size': 1, 'bleu': 40.0, 'avg_window_fraction': f}
+      for tau, f in (('0.5', 0.4), ('inf', 0.95))
+  ]
+  figure = plots.plot_tau_tradeoff(
+      [record('flexible', 0.6, sweep_rows)],
+      [record('global', 1.0), record('memory', 17.8), record('none', 1.0)],
+  )
+  labels = [line.get_label() for line in figure.axes[0].get_lines()]
+  assert labels == ['flexible', 'global (beam 1)']
+  assert figure.axes[0].get_xlim()[1] < 110
+
+
 def _images(notebook):
   return sum(
       'image/png' in out.get('data', {})

@@ -203,6 +203,16 @@ def plot_memory_attention(translation: Translation, path: Optional[str] = None):
   return _finish(fig, path)
 
 
+def _windows_over_source(run: RunRecord) -> bool:
+  """Whether the run's window is source positions (not memory's K slots:
+  K / S is far above 100% and would squash the tau curves)."""
+  kind = run.config.get('model', {}).get('attention', {}).get('kind')
+  return kind in attention.kinds() and attention.get(kind).PLOT in (
+      'heatmap',
+      'vision_span',
+  )
+
+
 def plot_tau_tradeoff(
     runs: Sequence[RunRecord],
     references: Sequence[RunRecord] = (),
@@ -213,7 +223,9 @@ def plot_tau_tradeoff(
 
   The window ('window': positions attended, Shu's measure; 'computed':
   positions actually scored) is a fraction of the source. One curve per run
-  with a tau sweep (and beam size, if it swept with several); `references` (e.g. global, local-p) as points.
+  with a tau sweep (and beam size, if it swept with several); `references`
+  (e.g. global, local-p) as points, but for kinds without a window over the
+  source (memory's slots, none).
   """
   key = f'avg_{measure}_fraction'
   plt = _pyplot()
@@ -243,7 +255,7 @@ def plot_tau_tradeoff(
         )
   for run in references:
     result = run.eval_results or {}
-    if 'bleu' in result and key in result:
+    if 'bleu' in result and key in result and _windows_over_source(run):
       ax.plot(
           100 * result[key],
           result['bleu'],
