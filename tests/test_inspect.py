@@ -573,7 +573,13 @@ def _images(notebook):
     'notebook, parameters, env_var, images',
     [
         ('inspect_run', {'tau': 0.5}, ('NMT_JAX_WORKDIR', 'flexible'), 3 + 2),
-        ('inspect_run', {}, ('NMT_JAX_WORKDIR', 'memory_k4'), 1 + 3),
+        # Given sentences (no corpus read): one map each.
+        (
+            'inspect_run',
+            {'sentences': ['a b c', 'd e']},
+            ('NMT_JAX_WORKDIR', 'memory_k4'),
+            1 + 2,
+        ),
         (
             'compare_runs',
             {},
