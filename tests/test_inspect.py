@@ -591,12 +591,19 @@ def _images(notebook):
 def test_notebooks_run_headless(
     runs, tmp_path, monkeypatch, notebook, parameters, env_var, images
 ):
-  import papermill  # pylint: disable=g-import-not-at-top
-
   variable, names = env_var
   monkeypatch.setenv(
       variable, ','.join(f'{runs["root"]}/{n}' for n in names.split(','))
   )
+  assert _images(_execute(notebook, parameters, tmp_path, monkeypatch)) == (
+      images
+  )
+
+
+def _execute(notebook, parameters, tmp_path, monkeypatch):
+  """The notebook run headless (papermill), as JSON."""
+  import papermill  # pylint: disable=g-import-not-at-top
+
   for key, value in conftest.subprocess_env().items():
     monkeypatch.setenv(key, value)
   output = tmp_path / f'{notebook}.ipynb'
@@ -610,7 +617,27 @@ def test_notebooks_run_headless(
       kernel_name='python3',
   )
   with open(output) as f:
-    assert _images(json.load(f)) == images
+    return json.load(f)
+
+
+def test_a_run_before_its_first_checkpoint_is_inspected_without_maps(
+    runs, tmp_path, monkeypatch
+):
+  # The attention cell raised CheckpointError and papermill stopped there.
+  early = tmp_path / 'early'
+  early.mkdir()
+  for name in ('config.json', 'metrics.jsonl'):
+    shutil.copy(os.path.join(runs['root'], 'flexible', name), early / name)
+  notebook = _execute(
+      'inspect_run', {'workdir': str(early)}, tmp_path, monkeypatch
+  )
+  assert _images(notebook) == 1  # the learning curves
+  printed = [
+      ''.join(out.get('text', ''))
+      for cell in notebook['cells']
+      for out in cell.get('outputs', [])
+  ]
+  assert any(f'no checkpoint in {early} yet' in text for text in printed)
 
 
 def test_pivot_table_puts_each_model_on_one_row():
