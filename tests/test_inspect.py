@@ -758,3 +758,17 @@ def test_a_signal_to_the_sweep_stops_its_run_with_a_checkpoint(
   assert not (root / 'seed=1').exists()  # and the sweep did not go on
   if signum == signal.SIGTERM:
     assert os.listdir(root / 'seed=0' / 'checkpoints')
+
+
+def test_an_ensembles_evaluation_folder_is_named_as_such(tmp_path):
+  # It was "not a workdir; train first with ... --workdir=<the folder>".
+  folder = tmp_path / 'ensemble'
+  folder.mkdir()
+  (folder / 'eval_results.json').write_text(
+      json.dumps({'bleu': 50.0, 'ensemble': ['/runs/a', '/runs/b']})
+  )
+  with pytest.raises(FileNotFoundError, match='ensemble of /runs/a, /runs/b'):
+    runs_lib.load_run(str(folder))
+  (folder / 'eval_results.json').write_text('{"bleu": ')  # half-written
+  with pytest.raises(FileNotFoundError, match='is not a workdir'):
+    runs_lib.load_run(str(folder))

@@ -53,6 +53,13 @@ class RunRecord:
 def load_run(workdir: str) -> RunRecord:
   """Loads a workdir written by `nmt_jax.main` (config.json must exist)."""
   path = os.path.join(workdir, 'config.json')
+  members = None if os.path.isfile(path) else _ensemble_members(workdir)
+  if members:
+    raise FileNotFoundError(
+        f'{workdir} holds the evaluation of an ensemble of'
+        f' {", ".join(members)}, not a training run; give those'
+        ' workdirs (its BLEU is in its eval_results.json)'
+    )
   if not os.path.isfile(path):
     raise FileNotFoundError(
         f'{workdir} is not a workdir (no config.json); train first with '
@@ -64,6 +71,15 @@ def load_run(workdir: str) -> RunRecord:
   eval_results = _read_json(os.path.join(workdir, 'eval_results.json'))
   tau = _read_json(os.path.join(workdir, 'tau_sweep.json'))
   return RunRecord(workdir, config, metrics, eval_results, tau and tau['rows'])
+
+
+def _ensemble_members(folder: str):
+  """The workdirs of the ensemble `folder` holds the evaluation of, if any."""
+  try:
+    results = _read_json(os.path.join(folder, 'eval_results.json'))
+  except ValueError:
+    return None
+  return results.get('ensemble') if isinstance(results, dict) else None
 
 
 def _read_json(path: str):
