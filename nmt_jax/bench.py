@@ -341,7 +341,7 @@ def main(argv):
   std_logging.getLogger('absl').addFilter(writers.QuietLibraries())
   try:
     if _JSON.value:  # before the run, not after it
-      _check_json_path(_JSON.value)
+      writers.check_writable(_JSON.value, 'json')
     bench.pin_threads(_THREADS.value)  # before JAX starts its backend
     result = run(argv[1])
   except errors.UserError as e:
@@ -350,18 +350,6 @@ def main(argv):
   print_table(result)
   if _JSON.value:
     writers.write_text(_JSON.value, json.dumps(result, indent=2) + '\n')
-
-
-def _check_json_path(path: str):
-  folder = os.path.dirname(os.path.abspath(path))
-  if not os.path.isdir(folder):
-    raise errors.UserError(
-        f'--json={path}: folder {folder} does not exist; create it first'
-    )
-  if os.path.isdir(path) or not os.access(folder, os.W_OK):
-    raise errors.UserError(
-        f'--json={path} cannot be written; give a writable file path'
-    )
 
 
 if __name__ == '__main__':

@@ -282,26 +282,9 @@ def _read_input(path: str, flag: str):
 def _check_output(path: str):
   """--output's file to write (None: stdout), checked before decoding.
 
-  A symbolic link is written at its target (replacing the link would lose
-  it); a FIFO or a device (/dev/stdout) is opened and written into.
+  A FIFO or a device (/dev/stdout) is opened and written into.
   """
-  if path == '-':
-    return None
-  target = os.path.realpath(path)
-  folder = os.path.dirname(target)
-  if not os.path.isdir(folder):
-    raise errors.UserError(
-        f'--output={path}: folder {folder} does not exist; create it first'
-    )
-  special = os.path.exists(target) and not os.path.isfile(target)
-  writable = (
-      os.access(target, os.W_OK) if special else os.access(folder, os.W_OK)
-  )
-  if not writable or os.path.isdir(target):
-    raise errors.UserError(
-        f'--output={path} cannot be written; give a writable file path'
-    )
-  return target
+  return None if path == '-' else writers.check_writable(path, 'output')
 
 
 _fail = cli_flags.fail

@@ -17,6 +17,8 @@ from typing import Any, Dict
 
 import tensorboardX
 
+from nmt_jax import errors
+
 
 def _jsonable(value):
   if isinstance(value, numbers.Integral):
@@ -78,6 +80,30 @@ def write_json(path: str, obj: Dict[str, Any]):
     json.dump(obj, f, indent=2, sort_keys=True, default=_jsonable)
     f.write('\n')
   os.replace(tmp, path)
+
+
+def check_writable(path: str, flag: str) -> str:
+  """The real path of the file `--flag=path` names, checked before the work.
+
+  A symbolic link is written at its target (replacing the link would lose
+  it); a FIFO or a device (/dev/stdout) must be writable itself. Raises
+  errors.UserError (one line) when the file cannot be written.
+  """
+  target = os.path.realpath(path)
+  folder = os.path.dirname(target)
+  if not os.path.isdir(folder):
+    raise errors.UserError(
+        f'--{flag}={path}: folder {folder} does not exist; create it first'
+    )
+  special = os.path.exists(target) and not os.path.isfile(target)
+  writable = (
+      os.access(target, os.W_OK) if special else os.access(folder, os.W_OK)
+  )
+  if not writable or os.path.isdir(target):
+    raise errors.UserError(
+        f'--{flag}={path} cannot be written; give a writable file path'
+    )
+  return target
 
 
 def write_text(path: str, text: str):
