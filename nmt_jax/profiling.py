@@ -44,7 +44,7 @@ class Profiler(contextlib.AbstractContextManager):
       self.enabled = False
 
   def before(self, step: int):
-    if not self.enabled or self.tracing or self.started is not None:
+    if not self.enabled or self.started is not None:  # once per run
       return
     if step >= self.last:
       logging.warning(

@@ -178,8 +178,6 @@ def _check_model(model):
     )
   if model.tie_embeddings:
     readout = model.readout_size or model.hidden_size
-    if model.readout == 'luong' and not kind.HAS_CONTEXT:
-      readout = model.hidden_size
     width = model.output_hidden_size or readout
     if width != model.embed_size:
       raise errors.config_error(
