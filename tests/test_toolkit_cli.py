@@ -572,29 +572,38 @@ def test_averaging_the_best_n_takes_only_validated_checkpoints(monkeypatch):
     average.choose_steps(Kept, best=3)
 
 
-def test_averaging_the_best_n_refuses_when_a_better_one_is_gone(
-    tmp_path, monkeypatch
-):
-  # Validations at steps 2, 4, 6 (BLEU 15, 12, 20); step 4 was rotated away
-  # and step 8 (BLEU 1) kept as one of the newest: 2 and 8 are not the best 2.
+def _run_with_validations(tmp_path, monkeypatch, validations, kept):
+  """Checkpoints of `kept` steps of a run with these (step, BLEU)s."""
   with open(tmp_path / 'metrics.jsonl', 'w') as f:
-    for step, value in ((2, 15.0), (4, 12.0), (6, 20.0), (8, 1.0)):
+    for step, value in validations:
       f.write(json.dumps({'step': step, 'split': 'valid', 'bleu': value}))
       f.write('\n')
 
   class Kept:
     directory = str(tmp_path / 'checkpoints')
-    manager = type(
-        'Manager', (), {'all_steps': staticmethod(lambda: [2, 6, 8])}
-    )
+    manager = type('Manager', (), {'all_steps': staticmethod(lambda: kept)})
 
-  bleu = {2: 15.0, 6: 20.0, 8: 1.0}
+  bleu = dict(validations)
   monkeypatch.setattr(average, '_bleu', lambda ckpts, step: bleu[step])
-  assert average.choose_steps(Kept, best=2) == [2, 6]
+  return Kept
+
+
+def test_averaging_the_best_n_refuses_when_a_better_one_is_gone(
+    tmp_path, monkeypatch
+):
+  # Validations at steps 2, 4, 6 (BLEU 15, 12, 20); step 4 was rotated away
+  # and step 8 (BLEU 1) kept as one of the newest: 2 and 8 are not the best 2.
+  kept = _run_with_validations(
+      tmp_path,
+      monkeypatch,
+      [(2, 15.0), (4, 12.0), (6, 20.0), (8, 1.0)],
+      [2, 6, 8],
+  )
+  assert average.choose_steps(kept, best=2) == [2, 6]
   with pytest.raises(
       errors.UserError, match=r'steps \[4\] scored above.*--best=2,'
   ):
-    average.choose_steps(Kept, best=3)
+    average.choose_steps(kept, best=3)
 
 
 def test_averaging_the_best_n_is_not_refused_for_a_tie_that_was_not_saved(
@@ -603,21 +612,13 @@ def test_averaging_the_best_n_is_not_refused_for_a_tie_that_was_not_saved(
   # Validations 5, 5, 3, 3 at steps 1-4: training saves a new best only, so
   # of the tie it kept step 1 (and step 4, the newest). The best 1 was
   # refused as "step 2 has no kept checkpoint".
-  with open(tmp_path / 'metrics.jsonl', 'w') as f:
-    for step, value in ((1, 5.0), (2, 5.0), (3, 3.0), (4, 3.0)):
-      f.write(json.dumps({'step': step, 'split': 'valid', 'bleu': value}))
-      f.write('\n')
-
-  class Kept:
-    directory = str(tmp_path / 'checkpoints')
-    manager = type('Manager', (), {'all_steps': staticmethod(lambda: [1, 4])})
-
-  bleu = {1: 5.0, 4: 3.0}
-  monkeypatch.setattr(average, '_bleu', lambda ckpts, step: bleu[step])
-  assert average.choose_steps(Kept, best=1) == [1]
+  kept = _run_with_validations(
+      tmp_path, monkeypatch, [(1, 5.0), (2, 5.0), (3, 3.0), (4, 3.0)], [1, 4]
+  )
+  assert average.choose_steps(kept, best=1) == [1]
   # Step 2 (BLEU 5) beats step 4: [1, 4] are not the best 2.
   with pytest.raises(errors.UserError, match=r'steps \[2\] scored above'):
-    average.choose_steps(Kept, best=2)
+    average.choose_steps(kept, best=2)
 
 
 def test_alignments_of_an_ensemble_without_attention_are_one_line(tmp_path):
