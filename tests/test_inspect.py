@@ -693,15 +693,43 @@ def test_pivot_table_puts_each_model_on_one_row():
 def test_window_positions_of_a_reversed_source_are_put_in_reading_order():
   # 5 words + EOS (length 6), read backwards by the model: its position p of
   # a word is 4 - p in the text; EOS (5) stays last.
+  # A window reaching EOS keeps the text's first words and EOS, not what lies
+  # between: words [0, 2] plus EOS; EOS alone keeps no words (last < first).
   extras = {
-      'first': np.array([0, 1, 2]),
-      'last': np.array([1, 3, 5]),
-      'center': np.array([0.5, 2.0, 5.0]),
+      'first': np.array([0, 1, 2, 5]),
+      'last': np.array([1, 3, 5, 5]),
+      'center': np.array([0.5, 2.0, 5.0, 5.0]),
   }
   ordered = attention_maps._positions_in_reading_order(extras, 6)
-  np.testing.assert_array_equal(ordered['first'], [3, 1, 0])
-  np.testing.assert_array_equal(ordered['last'], [4, 3, 5])
-  np.testing.assert_allclose(ordered['center'], [3.5, 2.0, 5.0])
+  np.testing.assert_array_equal(ordered['first'], [3, 1, 0, 0])
+  np.testing.assert_array_equal(ordered['last'], [4, 3, 2, -1])
+  np.testing.assert_array_equal(ordered['eos_kept'], [0, 0, 1, 1])
+  np.testing.assert_allclose(ordered['center'], [3.5, 2.0, 5.0, 5.0])
+
+
+def test_vision_span_draws_a_reversed_windows_eos_apart_from_its_words():
+  source = ['a', 'b', 'c', 'd', 'e', '</s>']
+  extras = attention_maps._positions_in_reading_order(
+      {
+          'first': np.array([0, 2, 5]),
+          'last': np.array([1, 5, 5]),
+          'previous_center': np.zeros(3),
+          'strength': np.ones(3),
+      },
+      len(source),
+  )
+  figure = plots.plot_vision_span(
+      attention_maps.Translation(
+          source, ['x', 'y', '</s>'], np.zeros((3, 6)), extras, 'flexible'
+      )
+  )
+  boxes = sorted(
+      (round(b.get_y() + b.get_height() / 2), b.get_x() + 0.5, b.get_width())
+      for b in figure.axes[0].patches
+      if b.get_width() > 0
+  )
+  # (step, first position, positions kept)
+  assert boxes == [(0, 3, 2), (1, 0, 3), (1, 5, 1), (2, 5, 1)]
 
 
 @pytest.mark.parametrize('signum', [signal.SIGTERM, signal.SIGINT])

@@ -29,7 +29,8 @@ class Translation:
   weights: [T, S] attention over source positions at each target step (memory:
   the effective sum_k beta_tk alpha_sk). Memory also has alpha [S, K] (encoder
   scores) and beta [T, K] (decoder scores); flexible has strength g(t) [T] and
-  the kept interval first/last [T] (whole sentence when tau = inf).
+  the kept interval first/last [T] (whole sentence when tau = inf; with a
+  reversed source, EOS may be kept apart from it: eos_kept [T]).
   """
 
   source: List[str]
@@ -123,7 +124,10 @@ def _positions_in_reading_order(extras, length: int):
 
   Position p < length - 1 (the words) is read at length - 2 - p; EOS stays
   last. A window [first, last] of words turns into [length-2-last,
-  length-2-first]; one that reaches EOS is drawn from the first word to it.
+  length-2-first]. One that reaches EOS keeps words at the start of the text
+  and EOS at its end, two pieces: first/last are then the words' piece (empty,
+  last < first, when the window is EOS alone) and eos_kept [T] says which
+  steps also keep EOS.
   """
   extras = dict(extras)
   flip = lambda p: np.where(p < length - 1, length - 2 - p, p)
@@ -131,10 +135,11 @@ def _positions_in_reading_order(extras, length: int):
     if key in extras:
       extras[key] = flip(np.asarray(extras[key], np.float64))
   if 'first' in extras and 'last' in extras:
-    first, last = extras['first'], extras['last']
+    first, last = np.asarray(extras['first']), np.asarray(extras['last'])
     words_last = np.minimum(last, length - 2)
-    extras['first'] = flip(words_last)
-    extras['last'] = np.where(last >= length - 1, last, flip(first))
+    extras['first'] = length - 2 - words_last
+    extras['last'] = np.where(first <= length - 2, length - 2 - first, -1)
+    extras['eos_kept'] = last >= length - 1
   return extras
 
 

@@ -8,6 +8,8 @@ import math
 import sys
 from typing import Any, Dict, List, Optional, Sequence
 
+import numpy as np
+
 from nmt_jax import attention
 from nmt_jax.tools import attention_maps
 from nmt_jax.tools import runs as runs_lib
@@ -145,6 +147,18 @@ def plot_vision_span(translation: Translation, path: Optional[str] = None):
       fill=False,
       edgecolor='tab:red',
       label='kept interval',
+  )
+  # A reversed source's window reaching EOS keeps it apart from its words.
+  apart = translation.extras.get('eos_kept', np.zeros(steps, bool)) & (
+      last < len(translation.source) - 1
+  )
+  ax.barh(
+      np.flatnonzero(apart),
+      1,
+      left=len(translation.source) - 1.5,
+      height=0.8,
+      fill=False,
+      edgecolor='tab:red',
   )
   ax.plot(
       translation.extras['previous_center'],
