@@ -499,6 +499,44 @@ def test_translate_with_attention(runs):
     assert np.all(t.weights[outside] == 0)
 
 
+def test_attention_of_a_reversed_source_is_in_reading_order(runs, tmp_path):
+  # With reverse_source the model reads "c b a </s>" for "a b c": the same
+  # input as the sentence "c b a" without it, so the same steps, flipped.
+  workdir = f"{runs['root']}/flexible"
+  flipped = str(tmp_path / 'flipped')
+  shutil.copytree(workdir, flipped)
+  with open(os.path.join(flipped, 'config.json')) as f:
+    config = json.load(f)
+  config['data']['reverse_source'] = True
+  with open(os.path.join(flipped, 'config.json'), 'w') as f:
+    json.dump(config, f)
+  sentences = attention_maps.sample_sentences(workdir, 4)
+  backwards = [' '.join(s.split()[::-1]) for s in sentences]
+  tau = {'model.attention.tau': 0.5}
+  reversed_ = attention_maps.translate_with_attention(
+      flipped, sentences, overrides=tau
+  )
+  plain = attention_maps.translate_with_attention(
+      workdir, backwards, overrides=tau
+  )
+  for r, p in zip(reversed_, plain):
+    assert r.source == p.source[-2::-1] + ['</s>']
+    assert r.hypothesis == p.hypothesis
+    np.testing.assert_array_equal(r.weights[:, :-1], p.weights[:, -2::-1])
+    np.testing.assert_array_equal(r.weights[:, -1], p.weights[:, -1])
+    positions = np.arange(len(r.source))[None, :]
+    kept = (positions >= r.extras['first'][:, None]) & (
+        positions <= r.extras['last'][:, None]
+    )
+    kept[:, -1] |= r.extras['eos_kept']
+    plain_kept = (positions >= p.extras['first'][:, None]) & (
+        positions <= p.extras['last'][:, None]
+    )
+    np.testing.assert_array_equal(kept[:, :-1], plain_kept[:, -2::-1])
+    np.testing.assert_array_equal(kept[:, -1], plain_kept[:, -1])
+    assert np.all(r.weights[~kept] == 0)
+
+
 def test_plots_write_png(runs, tmp_path):
   root = runs['root']
   memory, flexible = (
