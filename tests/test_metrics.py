@@ -30,6 +30,14 @@ def test_ribes_survives_degenerate_hypotheses():
   assert 0 <= metrics.ribes(['a'], ['b c']) <= 1
 
 
+def test_ribes_of_exact_copies_is_nltks():
+  # As the README says: words nltk cannot align make an exact copy score
+  # below 1; unique words score 1.
+  assert metrics.ribes(['a b c'], ['a b c']) == 1.0
+  assert metrics.ribes(['a', 'a a a'], ['a', 'a a a']) == 0.0
+  assert metrics.ribes(['a', 'a b c'], ['a', 'a b c']) == 0.5
+
+
 def test_window_metrics_average_sentences_then_steps():
   # Sentence 1: 2 steps attending 3 positions each of a 4-token source,
   # 8 scored; sentence 2: 4 steps attending 5 of 10, 16 scored.
