@@ -720,6 +720,12 @@ def test_pivot_table_puts_each_model_on_one_row():
       '| memory +PE (renorm) | 80.00 |  |  |',
       '| memory |  | 90.00 |  |',
   ]
+  # Runs differing in the source's reading direction are two models.
+  forwards = row('L20/dot', 20, 'global', score='dot', bleu=70.0, decode_s=2.0)
+  backwards = dict(forwards, run='L20/dot_r', reversed=True, bleu=75.0)
+  assert runs_lib.pivot_table([forwards, backwards], 'L', ['bleu']).split('\n')[
+      2:
+  ] == ['| global dot | 70.00 |', '| global dot reversed | 75.00 |']
   with pytest.raises(
       ValueError, match='L20/k16 and L20/k16b are the same model at L=20'
   ):

@@ -124,6 +124,7 @@ COLUMNS = (
     ('score', 'config:model.attention.score'),
     ('K', 'config:model.attention.num_memory'),
     ('PE', 'config:model.attention.position_encoding'),
+    ('reversed', 'config:data.reverse_source'),
     ('hidden', 'config:model.hidden_size'),
     (
         'best_step',
@@ -257,7 +258,7 @@ def _rank(kind) -> int:
 def model_label(row: Dict[str, Any], leave_out: str = '') -> str:
   """The model label of a results_table row, e.g. 'memory K=16 +PE (renorm)'.
 
-  More examples: 'global concat', 'none'. The label leaves out the column
+  More examples: 'global concat', 'none', 'local-p general reversed'. The label leaves out the column
   `leave_out`, e.g. the one a pivot table spreads over its columns.
   """
   parts = [str(row['attention'])] if leave_out != 'attention' else []
@@ -267,6 +268,8 @@ def model_label(row: Dict[str, Any], leave_out: str = '') -> str:
     parts.append(f'K={row["K"]}')
   if row.get('PE') not in (None, 'none') and leave_out != 'PE':
     parts.append(f'+PE ({row["PE"]})')
+  if row.get('reversed') and leave_out != 'reversed':
+    parts.append('reversed')  # Luong et al.'s source reversal
   return ' '.join(parts) or 'all'
 
 
