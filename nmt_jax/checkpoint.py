@@ -299,8 +299,7 @@ class Checkpoints:
       steps = [s for s in self.manager.all_steps() if s not in skipped]
       if not steps:
         return None, None
-      best_step = self.best_step() if best else None
-      step = best_step if best_step in steps else max(steps)
+      step = self._best_of(steps) if best else max(steps)
       try:
         result, reason = restore_fn(step), None
       except DamagedCheckpoint as e:
@@ -323,6 +322,22 @@ class Checkpoints:
         self.manager.reload()
         continue
       self._set_aside(step, reason)
+
+  def _best_of(self, steps) -> int:
+    """The best of `steps` by validation BLEU, else the newest.
+
+    The manager's best when it is among them; else (its best was skipped
+    but stays, in a read-only workdir) the best BLEU left, the newest of a tie.
+    """
+    best = self.manager.best_step()
+    if best in steps:
+      return best
+    scored = []
+    for step in steps:
+      bleu = (self.manager.metrics(step) or {}).get('bleu')
+      if bleu is not None:
+        scored.append((bleu, step))
+    return max(scored)[1] if scored else max(steps)
 
   def _set_aside(self, step: int, reason: str):
     source = os.path.join(self.directory, str(step))

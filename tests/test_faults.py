@@ -715,6 +715,37 @@ def test_a_checkpoint_rotated_away_while_read_is_not_set_aside(
   assert not os.path.exists(os.path.join(workdir, 'checkpoints', 'corrupt'))
 
 
+@pytest.mark.parametrize('read_only', [False, True])
+def test_a_damaged_best_checkpoint_falls_back_to_the_next_best(
+    trained, tmp_path, monkeypatch, read_only
+):
+  # Validation BLEU 50, 70, 10 at steps 2, 4, 6; 4 is damaged. The next best
+  # is 2, also where the damaged step cannot be moved aside (read-only).
+  workdir = _copy(trained, tmp_path)
+  for step, bleu in ((2, 50.0), (4, 70.0), (6, 10.0)):
+    with open(f'{workdir}/checkpoints/{step}/metrics/metrics', 'w') as f:
+      json.dump({'bleu': bleu}, f)
+  if read_only:
+
+    def refuse(*args):
+      raise PermissionError(13, 'Permission denied')
+
+    monkeypatch.setattr(checkpoint.os, 'rename', refuse)
+  ckpts = checkpoint.Checkpoints(workdir, create=False)
+
+  def restore(step):
+    if step == 4:
+      raise checkpoint.DamagedCheckpoint('checksum mismatch')
+    return step
+
+  try:
+    assert ckpts.first_good(restore, best=True) == (2, 2)
+  finally:
+    ckpts.close()
+  moved = os.path.exists(f'{workdir}/checkpoints/corrupt/4')
+  assert moved != read_only
+
+
 # Step 6 damaged: in its arrays (--last reads them), in its meta JSON (--best
 # ranks by the BLEU there too).
 @pytest.mark.parametrize(
