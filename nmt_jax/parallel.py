@@ -129,9 +129,9 @@ def process_0_first(fn: Callable[[], Any], what: str) -> Any:
   """fn() on process 0, then on the others once it has returned.
 
   For work the processes must not do at once, such as downloading a corpus
-  or building the vocabularies into the shared workdir (SentencePiece
-  samples its training sentences at random: each process would build
-  another one): the others then read what process 0 wrote. If it fails
+  or building the vocabularies into the shared workdir (every process would
+  train the same one and write the same files at once): the others then
+  read what process 0 wrote. If it fails
   there, every process stops, the others with one line. The others wait on
   the coordination service's key-value store, not in a collective, whose
   first call on a CPU gives up after 30 s.

@@ -195,6 +195,10 @@ def vocab_path(directory: str, kind: str, side: str) -> str:
   return os.path.join(directory, FILE_NAMES[kind].format(side))
 
 
+# SentencePiece trains on this many sentences at most: a sample of more.
+SENTENCEPIECE_SENTENCES = 2_000_000
+
+
 def build_vocab(
     kind: str,
     texts: Sequence[str],
@@ -205,7 +209,9 @@ def build_vocab(
   """A vocabulary of `kind` from training texts.
 
   `size` caps word/char vocabularies (0 = no cap) and is the SentencePiece
-  vocabulary size (reserved ids included).
+  vocabulary size (reserved ids included). SentencePiece trains on at most
+  SENTENCEPIECE_SENTENCES texts, a fixed sample of them (the same corpus gives
+  the same vocabulary every time), of any length.
   """
   if not texts:
     raise VocabError('no training text to build the vocabulary from')
@@ -214,6 +220,12 @@ def build_vocab(
   if kind == 'char':
     chars = word_counts(texts, split=CharVocab(())._split)
     return CharVocab(most_frequent(chars, min_count, size))
+  if len(texts) > SENTENCEPIECE_SENTENCES:
+    # SentencePiece's own sample of a larger input is unseeded.
+    chosen = np.random.default_rng(0).choice(
+        len(texts), SENTENCEPIECE_SENTENCES, replace=False
+    )
+    texts = [texts[i] for i in np.sort(chosen)]
   model = io.BytesIO()
   try:
     sentencepiece.SentencePieceTrainer.train(
@@ -223,8 +235,8 @@ def build_vocab(
         model_type=model_type,
         character_coverage=1.0,
         minloglevel=2,
-        input_sentence_size=2_000_000,
-        shuffle_input_sentence=True,
+        # It skips longer lines without a word (default 4192 bytes).
+        max_sentence_length=max(4192, 4 * max(map(len, texts))),
         pad_id=PAD,
         bos_id=BOS,
         eos_id=EOS,

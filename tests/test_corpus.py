@@ -109,6 +109,42 @@ def test_sentencepiece_round_trips_text(tmp_path, model_type):
   ) == vocab.encode(TEXTS[2])
 
 
+def test_sentencepiece_trains_on_a_fixed_sample_of_a_large_corpus(
+    monkeypatch,
+):
+  # SentencePiece's own sample of a corpus over its input_sentence_size is
+  # unseeded: every build would differ. The sample is chosen before it.
+  monkeypatch.setattr(vocab_lib, 'SENTENCEPIECE_SENTENCES', 100)
+  rng = np.random.default_rng(1)
+  words = ['haus', 'hund', 'katze', 'baum', 'wald', 'see', 'berg', 'tal']
+  texts = [' '.join(rng.choice(words, 5)) + f' {i}' for i in range(400)]
+  train = vocab_lib.sentencepiece.SentencePieceTrainer.train
+  seen = []
+
+  def spy(sentence_iterator, **kwargs):
+    sentences = list(sentence_iterator)
+    seen.append(sentences)
+    assert kwargs.get('input_sentence_size', 0) == 0  # all it is given
+    return train(sentence_iterator=iter(sentences), **kwargs)
+
+  monkeypatch.setattr(
+      vocab_lib.sentencepiece.SentencePieceTrainer, 'train', spy
+  )
+  first = vocab_lib.build_vocab('sentencepiece', texts, size=60)
+  second = vocab_lib.build_vocab('sentencepiece', texts, size=60)
+  assert len(seen[0]) == 100 and set(seen[0]) <= set(texts)
+  assert seen[0] == seen[1] and first.tokens == second.tokens
+
+
+def test_sentencepiece_learns_from_lines_over_4192_bytes():
+  # SentencePiece skips such lines unless told otherwise: a corpus of long
+  # lines (a paragraph per line) had no text left.
+  texts = [' '.join(['ein langer satz'] * 400)] * 20
+  assert len(texts[0].encode()) > 4192
+  vocab = vocab_lib.build_vocab('sentencepiece', texts, size=30)
+  assert vocab.decode(vocab.encode(texts[0])) == texts[0]
+
+
 def test_sentencepiece_too_large_is_a_clear_error():
   with pytest.raises(vocab_lib.VocabError, match='lower data.vocab.size'):
     vocab_lib.build_vocab('sentencepiece', ['a b'], size=5000)
