@@ -145,6 +145,19 @@ def test_sentencepiece_learns_from_lines_over_4192_bytes():
   assert vocab.decode(vocab.encode(texts[0])) == texts[0]
 
 
+def test_sides_that_encode_to_nothing_are_skipped_as_empty():
+  # SentencePiece drops characters Python's strip() keeps (zero-width space,
+  # a BOM inside a file, DEL): such a side is EOS alone, i.e. empty.
+  vocab = vocab_lib.build_vocab('sentencepiece', TEXTS, size=40)
+  sources = [TEXTS[0], '\u200b', TEXTS[1], '\ufeff', '\x7f']
+  targets = [TEXTS[2], TEXTS[3], ' \u200b ', TEXTS[0], TEXTS[1]]
+  split, dropped = encoding.encode_split(
+      sources, targets, vocab, vocab, 100, 'train'
+  )
+  assert dropped == {'empty': 4, 'too_long': 0}
+  assert split.source_text == [TEXTS[0]]
+
+
 def test_sentencepiece_too_large_is_a_clear_error():
   with pytest.raises(vocab_lib.VocabError, match='lower data.vocab.size'):
     vocab_lib.build_vocab('sentencepiece', ['a b'], size=5000)

@@ -58,7 +58,8 @@ def encode_split(
           source_lines[start + offset],
           target_lines[start + offset],
       )
-      if not source.strip() or not target.strip():
+      # EOS alone: SentencePiece also drops what str.strip() keeps (U+200B).
+      if len(source_ids) <= 1 or len(target_ids) <= 1:
         dropped['empty'] += 1
         if not keep_all:
           continue
