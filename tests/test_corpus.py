@@ -1,5 +1,6 @@
 """Vocabularies (word, char, SentencePiece) and plain-text corpora (`text:<prefix>`)."""
 
+import glob
 import json
 import os
 import shutil
@@ -666,6 +667,38 @@ def test_second_load_maps_the_encoded_cache_and_changes_invalidate_it(
       'z',
   ]
   assert len(os.listdir(os.path.join(workdir, encoding.CACHE_DIR))) == 3
+
+
+@pytest.mark.parametrize(
+    'damage', ['truncate', 'remove_texts', 'remove_offsets']
+)
+def test_a_damaged_encoded_cache_is_encoded_again(tmp_path, damage):
+  # E.g. a copy of the workdir cut short: every later run crashed on it.
+  prefix = write_corpus(
+      str(tmp_path),
+      train=(['a b c', 'b c', 'c d e f'] * 30, ['x y', 'y', 'z x y'] * 30),
+      dev=(['a c', 'd'], ['x', 'z z']),
+  )
+  config = text_config(kind='word', max_length=10)
+  config.data.name = f'text:{prefix}'
+  workdir = str(tmp_path / 'run')
+  fresh = data.load_task(config.data, 0, workdir, build_vocab=True)
+  (entry,) = glob.glob(os.path.join(workdir, encoding.CACHE_DIR, '*'))
+  if damage == 'truncate':
+    path = os.path.join(entry, 'train.source.ids.npy')
+    os.truncate(path, os.path.getsize(path) // 2)
+  elif damage == 'remove_texts':
+    os.remove(os.path.join(entry, 'eval.text.json'))
+  else:
+    os.remove(os.path.join(entry, 'train.target.offsets.npy'))
+  again = data.load_task(config.data, 0, workdir)
+  assert len(again.train) == len(fresh.train) == 90
+  assert again.eval.target_text == fresh.eval.target_text
+  # Written anew: the next load maps it.
+  cached = data.load_task(config.data, 0, workdir)
+  assert isinstance(cached.train.source, dataset.Ragged)
+  for x, y in zip(fresh.train.source, cached.train.source):
+    np.testing.assert_array_equal(x, y)
 
 
 def test_the_vocabularies_alone_load_without_the_corpus(tmp_path):

@@ -15,6 +15,7 @@ import json
 import os
 import shutil
 from typing import Dict
+import uuid
 
 from absl import logging
 import numpy as np
@@ -249,7 +250,8 @@ def save_cache(task, directory: str):
 
   They go to a temporary directory that is then renamed.
   """
-  tmp = f'{directory}.tmp-{os.getpid()}'
+  # Unique across hosts sharing the workdir (containers repeat pids).
+  tmp = f'{directory}.tmp-{uuid.uuid4().hex}'
   os.makedirs(tmp, exist_ok=True)
   for name, split in (
       ('train', task.train),
@@ -276,7 +278,11 @@ def save_cache(task, directory: str):
 
 
 def load_cache(directory: str):
-  """{'train'|'eval'|'test': Split} memory-mapped from `directory`."""
+  """{'train'|'eval'|'test': Split} memory-mapped from `directory`.
+
+  Raises OSError or ValueError for a damaged cache (a truncated or missing
+  file, e.g. from a copy of the workdir that was cut short).
+  """
   splits = {}
   for name in CACHE_SPLITS:
     if not os.path.exists(os.path.join(directory, f'{name}.source.ids.npy')):
@@ -287,12 +293,20 @@ def load_cache(directory: str):
           os.path.join(directory, f'{name}.text.json'), encoding='utf-8'
       ) as f:
         texts = json.load(f)
-    splits[name] = dataset.Split(
+    split = dataset.Split(
         dataset.Ragged.load(os.path.join(directory, f'{name}.source')),
         dataset.Ragged.load(os.path.join(directory, f'{name}.target')),
         texts['source'],
         texts['target'],
     )
+    for side in (split.source, split.target):
+      if side.offsets[-1] != len(side.flat) or len(side) != len(split.source):
+        raise ValueError(f'{name}: ids and offsets disagree')
+    if name != 'train' and len(split.source_text) != len(split.source):
+      raise ValueError(f'{name}: texts and ids disagree')
+    splits[name] = split
+  if 'train' not in splits or 'eval' not in splits:
+    raise ValueError('a split is missing')
   return splits
 
 
@@ -311,8 +325,18 @@ def cached_task(
     directory = os.path.join(
         workdir, CACHE_DIR, cache_key(data_config, paths, identity)
     )
-    if os.path.isdir(directory):
-      splits = load_cache(directory)
+    try:
+      splits = load_cache(directory) if os.path.isdir(directory) else None
+    except (OSError, ValueError, KeyError) as e:
+      # Derived data: encoded again from the corpus.
+      logging.warning(
+          'encoded-corpus cache %s is damaged (%s); encoding the corpus again',
+          directory,
+          e,
+      )
+      shutil.rmtree(directory, ignore_errors=True)
+      splits = None
+    if splits is not None:
       logging.info(
           'encoded corpus from the cache %s: %s',
           directory,
