@@ -112,21 +112,24 @@ def most_frequent(
 
 
 class CharVocab(Vocab):
-  """Characters; a space is the token '▁'.
+  """Characters; a space is the token '▁', a '▁' in the text the token '<▁>'.
 
-  Decoding thus restores the text exactly.
+  Decoding thus restores the text exactly (whitespace runs become a space).
   """
 
   SPACE = '\u2581'
+  LITERAL_SPACE_MARK = '<\u2581>'  # SentencePiece output is full of them
 
   def _split(self, text: str) -> List[str]:
-    return [self.SPACE if c == ' ' else c for c in ' '.join(text.split())]
+    names = {' ': self.SPACE, self.SPACE: self.LITERAL_SPACE_MARK}
+    return [names.get(c, c) for c in ' '.join(text.split())]
 
   def encode(self, text: str, line: int = 0) -> List[int]:
     return super().encode(' '.join(self._split(text)), line)
 
   def decode(self, ids: Iterable[int]) -> str:
-    return ''.join(super().decode(ids).split()).replace(self.SPACE, ' ')
+    chars = {self.SPACE: ' ', self.LITERAL_SPACE_MARK: self.SPACE}
+    return ''.join(chars.get(t, t) for t in super().decode(ids).split())
 
 
 class SentencePieceVocab:

@@ -87,6 +87,11 @@ def test_char_vocab_round_trips_text(tmp_path):
   # whitespace normalised
   assert vocab.decode(vocab.encode('Hund  bellt')) == 'Hund bellt'
   assert UNK in vocab.encode('Q')
+  # '▁' is the space token: one in the text (SentencePiece output) is not.
+  pieces = ['\u2581Der \u2581Hund', 'a\u2581b c']
+  spm_vocab = vocab_lib.build_vocab('char', pieces, size=0)
+  for text in pieces:
+    assert spm_vocab.decode(spm_vocab.encode(text)) == text
   path = str(tmp_path / 'chars.txt')
   vocab.save(path)
   loaded = vocab_lib.load_vocab('char', path)
