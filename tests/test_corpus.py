@@ -706,6 +706,26 @@ def test_a_damaged_encoded_cache_is_encoded_again(tmp_path, damage):
     np.testing.assert_array_equal(x, y)
 
 
+def test_a_workdir_that_cannot_take_the_cache_still_loads(tmp_path):
+  # A read-only or full workdir (an ensemble member, a tool reading a run):
+  # the cache is only a speed-up.
+  prefix = write_corpus(
+      str(tmp_path),
+      train=(['a b', 'b c'] * 5, ['x', 'y z'] * 5),
+      dev=(['a'], ['x']),
+  )
+  config = text_config(kind='word', max_length=10)
+  config.data.name = f'text:{prefix}'
+  workdir = str(tmp_path / 'run')
+  data.load_task(config.data, 0, workdir, build_vocab=True)
+  shutil.rmtree(os.path.join(workdir, encoding.CACHE_DIR))
+  with open(os.path.join(workdir, encoding.CACHE_DIR), 'w') as f:
+    f.write('not a directory')
+  task = data.load_task(config.data, 0, workdir)
+  assert len(task.train) == 10
+  assert sorted(os.listdir(workdir)) == ['data_cache', 'vocab']
+
+
 def test_the_vocabularies_alone_load_without_the_corpus(tmp_path):
   config = default_config.get_config('tiny')
   embedded = data.load_task(config.data, 0)

@@ -248,29 +248,38 @@ def cache_key(data_config, vocab_paths: Dict[str, str], identity) -> str:
 def save_cache(task, directory: str):
   """Writes the task's encoded splits to `directory`, atomically.
 
-  They go to a temporary directory that is then renamed.
+  They go to a temporary directory that is then renamed. A workdir that
+  cannot take it (read-only, full) is only slower next time: a warning.
   """
   # Unique across hosts sharing the workdir (containers repeat pids).
   tmp = f'{directory}.tmp-{uuid.uuid4().hex}'
-  os.makedirs(tmp, exist_ok=True)
-  for name, split in (
-      ('train', task.train),
-      ('eval', task.eval),
-      ('test', task.test),
-  ):
-    if split is None:
-      continue
-    dataset.Ragged.from_rows(split.source).save(
-        os.path.join(tmp, f'{name}.source')
+  try:
+    os.makedirs(tmp)
+    for name, split in (
+        ('train', task.train),
+        ('eval', task.eval),
+        ('test', task.test),
+    ):
+      if split is None:
+        continue
+      for side, rows in (('source', split.source), ('target', split.target)):
+        dataset.Ragged.from_rows(rows).save(os.path.join(tmp, f'{name}.{side}'))
+      if name != 'train':
+        with open(
+            os.path.join(tmp, f'{name}.text.json'), 'w', encoding='utf-8'
+        ) as f:
+          json.dump(
+              {'source': split.source_text, 'target': split.target_text}, f
+          )
+  except OSError as e:
+    logging.warning(
+        'could not cache the encoded corpus in %s (%s); the next run encodes'
+        ' it again',
+        directory,
+        e.strerror or e,
     )
-    dataset.Ragged.from_rows(split.target).save(
-        os.path.join(tmp, f'{name}.target')
-    )
-    if name != 'train':
-      with open(
-          os.path.join(tmp, f'{name}.text.json'), 'w', encoding='utf-8'
-      ) as f:
-        json.dump({'source': split.source_text, 'target': split.target_text}, f)
+    shutil.rmtree(tmp, ignore_errors=True)
+    return
   try:
     os.rename(tmp, directory)
   except OSError:  # another process (host) wrote it first
