@@ -104,8 +104,9 @@ def most_frequent(
 
   Ties are ordered by token.
   """
+  # A '<unk>' in a preprocessed corpus is the reserved token, not a word.
   kept = sorted(
-      (t for t, c in counts.items() if c >= min_count),
+      (t for t, c in counts.items() if c >= min_count and t not in SPECIALS),
       key=lambda t: (-counts[t], t),
   )
   return kept[:max_size] if max_size else kept

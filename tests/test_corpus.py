@@ -80,6 +80,12 @@ def test_lines_end_at_newlines_only(tmp_path):
   assert text_corpus.read_lines(str(tmp_path / 'mac.de')) == ['eins', 'zwei']
 
 
+def test_a_literal_unk_in_the_corpus_takes_no_place_in_the_vocabulary():
+  texts = ['<unk> <unk> <unk> a a b', 'c <unk>']
+  vocab = vocab_lib.build_vocab('word', texts, size=3)
+  assert vocab.tokens[len(vocab_lib.SPECIALS) :] == ['a', 'b', 'c']
+
+
 def test_char_vocab_round_trips_text(tmp_path):
   vocab = vocab_lib.build_vocab('char', TEXTS, size=0)
   for text in TEXTS:
