@@ -16,7 +16,7 @@ import contextlib
 import json
 import logging as std_logging
 import os
-from typing import Any, Callable, Dict, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from absl import logging
 import grain
@@ -84,6 +84,7 @@ class Checkpoints:
         best_fn=lambda m: m['bleu'],
         best_mode='max',
     )
+    self._saving = None  # the step of the asynchronous save in flight
     self.manager = ocp.CheckpointManager(
         self.directory,
         options=options,
@@ -130,6 +131,10 @@ class Checkpoints:
     )
     if data_iterator is not None:
       items['data'] = grain.checkpoint.CheckpointSave(data_iterator)
+    # The save in flight fails here, not in the new one's name.
+    with self._writing(self._saving):
+      self.manager.wait_until_finished()
+    self._saving = step
     with self._writing(step):
       self.manager.save(
           step,
@@ -147,9 +152,11 @@ class Checkpoints:
     try:
       yield
     except Exception as e:  # OSError, or Orbax's wrapping of one
+      # Its other writes fail in Orbax's threads and event loop after this.
+      integrity.quiet_orbax_for_good()
       raise CheckpointError(
           f'saving a checkpoint in {self.directory}'
-          f' failed{f" (step {step})" if step else ""}:'
+          f' failed{"" if step is None else f" (step {step})"}:'
           f' {integrity.one_line(e)}; free space or fix the storage, then run'
           ' the same command again to resume from the last complete checkpoint'
       ) from None
@@ -369,7 +376,7 @@ class Checkpoints:
 
     An unfinished async save is lost.
     """
-    with self._writing(None):
+    with self._writing(self._saving):
       self.manager.wait_until_finished()
       self.manager.close()
 
@@ -377,6 +384,12 @@ class Checkpoints:
 def abstract(tree):
   """ShapeDtypeStructs (with shardings) of a pytree of arrays."""
   return jax.tree_util.tree_map(ocp.utils.to_shape_dtype_struct, tree)
+
+
+def set_aside(workdir: str) -> List[str]:
+  """The checkpoints first_good moved to checkpoints/corrupt/ as damaged."""
+  directory = os.path.join(workdir, 'checkpoints', 'corrupt')
+  return sorted(os.listdir(directory)) if os.path.isdir(directory) else []
 
 
 def has_checkpoints(workdir: str) -> bool:

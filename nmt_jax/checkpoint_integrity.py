@@ -11,6 +11,7 @@ import gc
 import inspect
 import logging as std_logging
 import sys
+import threading
 import time
 import traceback
 from typing import Dict, Optional
@@ -39,8 +40,12 @@ class _AbandonedReadsFilter(std_logging.Filter):
   The restore's own error (DamagedCheckpoint) is logged in one line.
   """
 
+  everything = False  # after a failed save: any record of Orbax's
+
   def filter(self, record):
-    if 'exception was never retrieved' not in record.getMessage():
+    if 'exception was never retrieved' not in record.getMessage() and not (
+        self.everything
+    ):
       return True
     return not _abandoned_read(record.exc_info[1] if record.exc_info else None)
 
@@ -60,8 +65,52 @@ def _quiet_abandoned_reads(unraisable, report=sys.unraisablehook):
     report(unraisable)
 
 
+class _OrbaxTracebacksFilter(std_logging.Filter):
+  """Orbax's error log lines without their tracebacks.
+
+  A failed save or restore logs each of its threads' failures with the
+  whole stack; nmt_jax's one-line error says what failed and what to do.
+  """
+
+  def filter(self, record):
+    if record.exc_info and '/orbax/' in record.pathname:
+      record.exc_info, record.exc_text = None, None
+    return True
+
+
 std_logging.getLogger('asyncio').addFilter(_AbandonedReadsFilter())
+std_logging.getLogger('absl').addFilter(_OrbaxTracebacksFilter())
 sys.unraisablehook = _quiet_abandoned_reads
+
+
+def quiet_orbax_for_good():
+  """Keeps the writes a failed save abandoned out of the log, from now on.
+
+  They fail in Orbax's threads and event loop until the process ends, each
+  with a traceback after the save's one-line error.
+  """
+  report_thread = threading.excepthook
+
+  def thread_hook(args):
+    if _abandoned_read(args.exc_value) or 'Event loop is closed' in str(
+        args.exc_value
+    ):
+      logging.debug('abandoned checkpoint write: %s', args.exc_value)
+    else:
+      report_thread(args)
+
+  threading.excepthook = thread_hook
+  # TensorStore's callbacks into the closed event loop report through it.
+  report = sys.excepthook
+
+  def exception_hook(kind, value, trace):
+    if _abandoned_read(value) or 'Event loop is closed' in str(value):
+      logging.debug('abandoned checkpoint write: %s', value)
+    else:
+      report(kind, value, trace)
+
+  sys.excepthook = exception_hook
+  _AbandonedReadsFilter.everything = True
 
 
 def path_name(path) -> str:

@@ -23,6 +23,10 @@ class CheckpointError(UserError):
   """A checkpoint or workdir that does not fit this run."""
 
 
+class WriteError(UserError):
+  """A file of the run cannot be written (a full disk, permissions)."""
+
+
 class TrainingError(UserError):
   """Training cannot go on (e.g. the loss became NaN).
 

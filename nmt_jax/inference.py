@@ -111,7 +111,7 @@ def evaluate(
       result, rows, step = _evaluate_locked(config, paths, target)
   except BaseException:
     if created:
-      workdirs.remove_if_empty(target)  # nothing left behind by a failure
+      workdirs.remove_if_empty(target, created)  # nothing left by a failure
     raise
   logging.info(
       'evaluation of %s (beam %d): BLEU %.2f | chrF %.2f | RIBES %.4f | '

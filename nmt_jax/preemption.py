@@ -17,6 +17,7 @@ there SIGTERM stops the process like Ctrl-C, as in a one-process run.
 """
 
 import _thread
+import contextlib
 import signal
 import threading
 
@@ -25,6 +26,7 @@ import jax
 from jax.experimental import multihost_utils
 
 _interrupts = []  # the signals that raised KeyboardInterrupt
+_deferred = [0]  # > 0 inside `uninterrupted()`
 
 
 def _interrupt(signum, frame):
@@ -32,11 +34,30 @@ def _interrupt(signum, frame):
 
   Raised inside a garbage-collector callback or a __del__ (XLA's run at any
   allocation), Python prints it as 'Exception ignored' and drops it: the
-  training loop then raises it again (`raise_if_interrupted`).
+  training loop then raises it again (`raise_if_interrupted`). Inside
+  `uninterrupted()` it is raised when the block ends.
   """
   del frame
   _interrupts.append(signum)
-  raise KeyboardInterrupt
+  if not _deferred[0]:
+    raise KeyboardInterrupt
+
+
+@contextlib.contextmanager
+def uninterrupted():
+  """Ctrl-C (or SIGTERM as Ctrl-C) raises only once the block is done.
+
+  Around a checkpoint save: cut inside Orbax's save, it left the step's
+  temporary folder and hundreds of tracebacks from its threads.
+  """
+  before = len(_interrupts)
+  _deferred[0] += 1
+  try:
+    yield
+  finally:
+    _deferred[0] -= 1
+  if len(_interrupts) > before:
+    raise KeyboardInterrupt
 
 
 def interrupt_on_sigint():

@@ -10,6 +10,7 @@ import contextlib
 import dataclasses
 import functools
 import math
+import os
 from typing import Any, Callable, Dict
 
 from absl import logging
@@ -150,7 +151,7 @@ def prepare(config, workdir: str) -> dataset.Task:
     task = parallel.process_0_first(prepare_and_load, 'preparing the data')
   except BaseException:
     if created:
-      workdirs.remove_if_empty(workdir)  # a failed download leaves nothing
+      workdirs.remove_if_empty(workdir, created)  # a failed download: nothing
     raise
   splits = [('train', task.train), ('validation', task.eval)]
   if task.test is not None:
@@ -172,13 +173,20 @@ def train_and_evaluate(config, workdir: str) -> Dict[str, Any]:
   mesh = make_mesh(config)
   if checkpoint.has_checkpoints(workdir):
     workdirs.check_identity(config, workdir, 'resuming its training')
+  elif checkpoint.set_aside(workdir):
+    # Training from scratch would drop its records (metrics.jsonl).
+    raise errors.CheckpointError(
+        f'every checkpoint of {workdir} was set aside as damaged'
+        f' ({os.path.join(workdir, "checkpoints", "corrupt")}); train in a'
+        ' new --workdir, or delete that folder to train this one from scratch'
+    )
   created = workdirs.prepare(workdir)
   try:
     with locks.locked(workdir):
       return _train_and_evaluate(config, workdir, mesh)
   except BaseException:
     if created:
-      workdirs.remove_if_empty(workdir)  # nothing left behind by a failure
+      workdirs.remove_if_empty(workdir, created)  # nothing left by a failure
     raise
 
 
@@ -348,13 +356,14 @@ def _train_and_evaluate(config, workdir: str, mesh) -> Dict[str, Any]:
             config, task, done, result and evaluation.scalars(result)
         )
         meta['divergence'] = progress.divergence_state()
-        ckpts.save(
-            done,
-            train_step.to_global(state),
-            meta,
-            bleu=result['bleu'] if result else None,
-            data_iterator=iterator,
-        )
+        with preemption.uninterrupted():
+          ckpts.save(
+              done,
+              train_step.to_global(state),
+              meta,
+              bleu=result['bleu'] if result else None,
+              data_iterator=iterator,
+          )
         progress.last_saved = done
       if plateau.stopped:
         break
@@ -366,9 +375,12 @@ def _train_and_evaluate(config, workdir: str, mesh) -> Dict[str, Any]:
       progress.resume()
   finally:
     stack.close()
-    ckpts.close()
-    if writer is not None:
-      writer.close()
+    try:
+      with preemption.uninterrupted():
+        ckpts.close()  # the save in flight is finished
+    finally:
+      if writer is not None:
+        writer.close()
   return inference.evaluate(config, [workdir])
 
 

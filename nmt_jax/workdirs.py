@@ -29,12 +29,15 @@ from nmt_jax.errors import CheckpointError
 from nmt_jax.errors import ConfigError
 
 
-def prepare(workdir: str) -> bool:
-  """Creates the workdir and checks it is writable; True if it was created.
+def prepare(workdir: str) -> Optional[str]:
+  """Creates the workdir and checks it is writable.
 
-  This happens before anything is written.
+  Returns the topmost folder it created (for remove_if_empty), or None when
+  the workdir existed. This happens before anything is written.
   """
-  created = not os.path.exists(workdir)
+  created, missing = None, os.path.abspath(workdir)
+  while not os.path.exists(missing):
+    created, missing = missing, os.path.dirname(missing)
   checkpoints = os.path.join(workdir, 'checkpoints')
   if os.path.exists(checkpoints) and not os.path.isdir(checkpoints):
     raise CheckpointError(
@@ -55,14 +58,25 @@ def prepare(workdir: str) -> bool:
   return created
 
 
-def remove_if_empty(workdir: str):
+def remove_if_empty(workdir: str, created: Optional[str] = None):
   """Removes a workdir this run created when a failure left nothing in it.
 
-  An empty checkpoints/ (made by opening them) counts as nothing.
+  An empty checkpoints/ (made by opening them) counts as nothing; so do the
+  empty folders above it up to `created` (prepare's result: a mistyped
+  --workdir=a/b/c leaves no a/b either).
   """
-  for directory in (os.path.join(workdir, 'checkpoints'), workdir):
-    with contextlib.suppress(OSError):
+  directory = os.path.abspath(workdir)
+  with contextlib.suppress(OSError):
+    os.rmdir(os.path.join(directory, 'checkpoints'))
+  top = os.path.abspath(created) if created else directory
+  while True:
+    try:
       os.rmdir(directory)
+    except OSError:
+      return
+    if directory == top or os.path.dirname(directory) == directory:
+      return
+    directory = os.path.dirname(directory)
 
 
 def training_finished(workdir: str) -> bool:
@@ -78,7 +92,11 @@ def training_finished(workdir: str) -> bool:
     if evaluated < os.path.getmtime(os.path.join(directory, str(last))):
       return False
     train_config = load_config(workdir).train
-  except (OSError, ValueError):  # no checkpoint, results or config.json
+  except (
+      OSError,
+      ValueError,
+      CheckpointError,
+  ):  # no checkpoint, results, config
     return False
   if last >= train_config.num_steps:
     return True
@@ -191,8 +209,8 @@ def write_config(workdir: str, config):
   path = os.path.join(workdir, 'config.json')
   resolved = json.loads(config.to_json_best_effort())
   if os.path.exists(path):
-    with open(path) as f:
-      before = _flatten(json.load(f))
+    load_config(workdir)  # one that cannot be read is not replaced
+    before = _flatten(_read_config_json(path))
     changes = {
         k: (before.get(k), v)
         for k, v in _flatten(resolved).items()
@@ -222,13 +240,33 @@ def _flatten(tree, prefix=''):
 def load_config(workdir: str):
   """The workdir's resolved config (config.json) as a ConfigDict.
 
-  Fields added to nmt_jax since the run was made keep their defaults.
+  Fields added to nmt_jax since the run was made keep their defaults. Raises
+  OSError when there is none, CheckpointError when it cannot be read.
   """
-  with open(os.path.join(workdir, 'config.json'), encoding='utf-8') as f:
-    stored = json.load(f)
+  path = os.path.join(workdir, 'config.json')
   config = default_config.get_config()
-  _merge(config, stored)
+  try:
+    _merge(config, _read_config_json(path))
+  except (TypeError, AttributeError, ValueError) as e:  # fields of wrong types
+    raise _unreadable(path, e) from None
   return config
+
+
+def _read_config_json(path: str) -> Dict[str, Any]:
+  with open(path, encoding='utf-8') as f:
+    try:
+      stored = json.load(f)
+    except ValueError as e:  # also a UnicodeDecodeError
+      raise _unreadable(path, e) from None
+  if not isinstance(stored, dict):
+    raise _unreadable(path, 'not a JSON object')
+  return stored
+
+
+def _unreadable(path: str, why) -> CheckpointError:
+  return CheckpointError(
+      f'{path} cannot be read ({why}); restore it, or use another --workdir'
+  )
 
 
 def _merge(config, stored: Dict[str, Any]):

@@ -7,14 +7,18 @@ metrics.jsonl has one JSON object per line with `step`, `split` ('train',
 Only process 0 writes; the others get a writer that does nothing.
 """
 
+import contextlib
 import json
 import logging as std_logging
 import math
 import numbers
 import os
+import threading
 import time
-from typing import Any, Dict
+import traceback
+from typing import Any, Callable, Dict, Optional
 
+from absl import logging
 import tensorboardX
 
 from nmt_jax import errors
@@ -29,6 +33,22 @@ def _jsonable(value):
   return value
 
 
+def _quiet_tensorboard_thread(args, report=threading.excepthook):
+  """threading.excepthook: tensorboardX's writer thread failing to write
+  (a full disk) is one warning line, not a traceback; metrics.jsonl and the
+  checkpoints report the same failure as the run's error."""
+  frames = traceback.extract_tb(args.exc_traceback)
+  if isinstance(args.exc_value, OSError) and any(
+      '/tensorboardX/' in frame.filename for frame in frames
+  ):
+    logging.warning('TensorBoard events not written: %s', args.exc_value)
+  else:
+    report(args)
+
+
+threading.excepthook = _quiet_tensorboard_thread
+
+
 class MetricWriter:
   """Appends one JSON object per call to metrics.jsonl.
 
@@ -41,9 +61,12 @@ class MetricWriter:
     self._tensorboard = None
     if not enabled:
       return
-    self._jsonl = open(
-        os.path.join(workdir, 'metrics.jsonl'), 'a', encoding='utf-8'
-    )
+    path = os.path.join(workdir, 'metrics.jsonl')
+    with _one_line_errors(path):
+      self._jsonl = open(path, 'a+b')
+      # A killed run's half-written last line must not swallow the next one.
+      if self._jsonl.tell() and _last_byte(self._jsonl) != b'\n':
+        self._jsonl.write(b'\n')
     self._tensorboard = tensorboardX.SummaryWriter(logdir=workdir)
 
   def write(self, step: int, split: str, metrics: Dict[str, Any]):
@@ -51,8 +74,9 @@ class MetricWriter:
       return
     record = {'step': int(step), 'split': split, 'time': time.time()}
     record.update({k: _jsonable(v) for k, v in metrics.items()})
-    self._jsonl.write(json.dumps(record) + '\n')
-    self._jsonl.flush()
+    with _one_line_errors(self._jsonl.name):
+      self._jsonl.write((json.dumps(record) + '\n').encode('utf-8'))
+      self._jsonl.flush()
     if self._tensorboard is not None:
       for key, value in metrics.items():
         if isinstance(value, numbers.Real) and not isinstance(value, bool):
@@ -63,23 +87,60 @@ class MetricWriter:
       self._tensorboard.add_text(tag, text, step)
 
   def close(self):
+    """Closes the files; a failure (a full disk) is a warning.
+
+    It runs in the `finally` of a run, often after the error that ends it.
+    """
     if not self.enabled:
       return
-    self._jsonl.close()
-    if self._tensorboard is not None:
-      self._tensorboard.close()
+    for close in (self._jsonl.close, getattr(self._tensorboard, 'close', None)):
+      try:
+        if close is not None:
+          close()
+      except OSError as e:
+        logging.warning('closing the run records: %s', e)
+
+
+def _last_byte(f) -> bytes:
+  f.seek(-1, os.SEEK_END)
+  return f.read(1)
+
+
+@contextlib.contextmanager
+def _one_line_errors(path: str, tmp: Optional[str] = None):
+  """An OSError writing `path` (a full disk) as one line; `tmp` removed."""
+  try:
+    yield
+  except OSError as e:
+    if tmp:
+      with contextlib.suppress(OSError):
+        os.remove(tmp)
+    raise errors.WriteError(
+        f'cannot write {path} ({e.strerror or e}); free some space (or fix'
+        ' its permissions) and run the same command again'
+    ) from None
+
+
+def _write_atomically(path: str, write: Callable[[Any], None]):
+  """write(file) into a temporary file, then renamed to `path`.
+
+  A crash never leaves half a file; a failure leaves no temporary file.
+  """
+  tmp = f'{path}.tmp-{os.getpid()}'
+  with _one_line_errors(path, tmp):
+    with open(tmp, 'w', encoding='utf-8') as f:
+      write(f)
+    os.replace(tmp, path)
 
 
 def write_json(path: str, obj: Dict[str, Any]):
-  """Writes JSON atomically (temporary file, then rename).
+  """Writes JSON atomically (temporary file, then rename)."""
 
-  A crash never leaves half a file.
-  """
-  tmp = f'{path}.tmp-{os.getpid()}'
-  with open(tmp, 'w', encoding='utf-8') as f:
+  def write(f):
     json.dump(obj, f, indent=2, sort_keys=True, default=_jsonable)
     f.write('\n')
-  os.replace(tmp, path)
+
+  _write_atomically(path, write)
 
 
 def check_writable(path: str, flag: str) -> str:
@@ -108,10 +169,7 @@ def check_writable(path: str, flag: str) -> str:
 
 def write_text(path: str, text: str):
   """Writes a text file atomically (temporary file, then rename)."""
-  tmp = f'{path}.tmp-{os.getpid()}'
-  with open(tmp, 'w', encoding='utf-8') as f:
-    f.write(text)
-  os.replace(tmp, path)
+  _write_atomically(path, lambda f: f.write(text))
 
 
 def read_metrics(workdir: str):
@@ -151,10 +209,9 @@ def truncate_metrics(workdir: str, step: int):
       for r in read_metrics(workdir)
       if isinstance(r.get('step'), int) and r['step'] <= step
   ]
-  tmp = f'{path}.tmp-{os.getpid()}'
-  with open(tmp, 'w', encoding='utf-8') as f:
-    f.write(''.join(json.dumps(r) + '\n' for r in kept))
-  os.replace(tmp, path)
+  _write_atomically(
+      path, lambda f: f.write(''.join(json.dumps(r) + '\n' for r in kept))
+  )
 
 
 class QuietLibraries:

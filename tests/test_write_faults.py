@@ -1,0 +1,167 @@
+"""Writing a run's files under faults: a full disk, a broken config.json,
+damaged checkpoints set aside, Ctrl-C during a save.
+
+Each case: a one-line error (or none), and nothing lost or left behind.
+"""
+
+import errno
+import json
+import os
+import shutil
+import signal
+
+import jax.numpy as jnp
+import pytest
+
+from nmt_jax import checkpoint
+from nmt_jax import errors
+from nmt_jax import preemption
+from nmt_jax import writers
+from tests.test_cli import QUICK
+from tests.test_cli import nmt
+from tests.test_cli import snapshot
+from tests.test_faults import _one_line_error
+
+RUN = [
+    '--config=configs/global_general.py:tiny',
+    *QUICK,
+    '--config.train.num_steps=4',
+]
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope='module')
+def trained(tmp_path_factory):
+  """A tiny run with checkpoints 2 and 4."""
+  workdir = str(tmp_path_factory.mktemp('writes') / 'tiny')
+  nmt(*RUN, f'--workdir={workdir}')
+  return workdir
+
+
+def _copy(trained, tmp_path):
+  workdir = str(tmp_path / 'w')
+  shutil.copytree(trained, workdir)
+  return workdir
+
+
+def test_a_workdir_whose_checkpoints_were_all_set_aside_is_not_retrained(
+    trained, tmp_path
+):
+  # After "every checkpoint is damaged", the same command (or another model)
+  # trained from scratch and dropped the run's metrics.jsonl.
+  workdir = _copy(trained, tmp_path)
+  corrupt = os.path.join(workdir, 'checkpoints', 'corrupt')
+  os.makedirs(corrupt)
+  for step in ('2', '4'):
+    os.rename(os.path.join(workdir, 'checkpoints', step), f'{corrupt}/{step}')
+  before = snapshot(workdir)
+  result = nmt(
+      *RUN, f'--workdir={workdir}', '--config.model.hidden_size=32', check=False
+  )
+  _one_line_error(result, 'was set aside as damaged', 'delete that folder')
+  assert snapshot(workdir) == before
+
+
+@pytest.mark.parametrize(
+    'text, why',
+    [
+        ('{"model": {', 'Expecting property name'),
+        ('[]', 'not a JSON object'),
+        ('{"model": 3}', 'config.json cannot be read'),
+    ],
+)
+def test_a_broken_config_json_is_one_line(trained, tmp_path, text, why):
+  workdir = _copy(trained, tmp_path)
+  with open(os.path.join(workdir, 'config.json'), 'w') as f:
+    f.write(text)
+  before = snapshot(workdir)
+  for mode in ('train', 'eval'):
+    result = nmt(*RUN, f'--workdir={workdir}', f'--mode={mode}', check=False)
+    _one_line_error(result, why, 'restore it, or use another --workdir')
+  assert snapshot(workdir) == before
+  # Without checkpoints (before the first one), training refuses it too.
+  shutil.rmtree(os.path.join(workdir, 'checkpoints'))
+  result = nmt(*RUN, f'--workdir={workdir}', check=False)
+  _one_line_error(result, why)
+  with open(os.path.join(workdir, 'config.json')) as f:
+    assert f.read() == text
+
+
+def test_a_mistyped_workdir_leaves_no_folders(tmp_path):
+  result = nmt(
+      *RUN, f'--workdir={tmp_path}/typo/a/b', '--mode=eval', check=False
+  )
+  _one_line_error(result, 'has no checkpoints')
+  assert os.listdir(tmp_path) == []
+
+
+def test_a_full_disk_is_one_line_and_leaves_no_temporary_file(
+    tmp_path, monkeypatch
+):
+  def full(*args):
+    raise OSError(errno.ENOSPC, 'No space left on device')
+
+  path = str(tmp_path / 'eval_results.json')
+  writers.write_json(path, {'bleu': 1.0})
+  monkeypatch.setattr(writers.os, 'replace', full)
+  with pytest.raises(errors.WriteError) as e:
+    writers.write_json(path, {'bleu': 2.0})
+  assert str(e.value) == (
+      f'cannot write {path} (No space left on device); free some space (or'
+      ' fix its permissions) and run the same command again'
+  )
+  assert os.listdir(tmp_path) == ['eval_results.json']
+  with open(path) as f:
+    assert json.load(f) == {'bleu': 1.0}
+
+
+def test_a_half_written_metrics_line_does_not_swallow_the_next(tmp_path):
+  # A killed run's last line; --mode=eval appends without rewriting the file.
+  with open(tmp_path / 'metrics.jsonl', 'w') as f:
+    f.write('{"step": 2, "split": "train", "loss": 1.0}\n{"step": 4, "spl')
+  writer = writers.MetricWriter(str(tmp_path))
+  writer.write(4, 'eval', {'bleu': 50.0})
+  writer.close()
+  records = writers.read_metrics(str(tmp_path))
+  assert [(r['step'], r['split']) for r in records] == [
+      (2, 'train'),
+      (4, 'eval'),
+  ]
+
+
+def test_a_failed_save_is_named_by_its_own_step(tmp_path, monkeypatch):
+  # Saves are asynchronous: the failure of step 2's surfaced in step 4's
+  # save, and the error named step 4.
+  ckpts = checkpoint.Checkpoints(str(tmp_path))
+  state = {'w': jnp.ones((2, 3))}
+  try:
+    ckpts.save(2, state, {})
+
+    def full():
+      raise OSError(errno.ENOSPC, 'No space left on device')
+
+    monkeypatch.setattr(ckpts.manager, 'wait_until_finished', full)
+    with pytest.raises(errors.CheckpointError, match=r'failed \(step 2\)'):
+      ckpts.save(4, state, {})
+  finally:
+    monkeypatch.undo()
+    ckpts.close()
+
+
+def test_ctrl_c_during_a_save_waits_for_it(monkeypatch):
+  monkeypatch.setattr(preemption, '_interrupts', [])
+  previous = signal.signal(signal.SIGINT, preemption._interrupt)
+  try:
+    finished = []
+    with pytest.raises(KeyboardInterrupt):
+      with preemption.uninterrupted():
+        os.kill(os.getpid(), signal.SIGINT)
+        finished.append('the save')
+    assert finished == ['the save']
+    with pytest.raises(KeyboardInterrupt):  # outside: at once
+      os.kill(os.getpid(), signal.SIGINT)
+      finished.append('never')
+    assert finished == ['the save']
+  finally:
+    signal.signal(signal.SIGINT, previous)
