@@ -16,6 +16,7 @@ never uses it: it measures compilation.
 """
 
 import os
+import tempfile
 from typing import Optional
 
 from absl import logging
@@ -43,18 +44,37 @@ def configure() -> Optional[str]:
   directory = os.path.expanduser(setting or DEFAULT)
   try:
     os.makedirs(directory, exist_ok=True)
+    # Else JAX warns at every program it cannot write (two lines each).
+    with tempfile.TemporaryFile(dir=directory):
+      pass
   except OSError as e:
     logging.warning(
-        'compilation cache off: cannot create %s (%s); set %s to a writable'
+        'compilation cache off: cannot write to %s (%s); set %s to a writable'
         ' directory or to off',
         directory,
         e.strerror,
         ENV,
     )
     return None
+  _remove_empty_entries(directory)
   jax.config.update('jax_compilation_cache_dir', directory)
   if not os.environ.get('JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS'):
     jax.config.update(
         'jax_persistent_cache_min_compile_time_secs', MIN_COMPILE_SECONDS
     )
   return directory
+
+
+def _remove_empty_entries(directory: str):
+  """Removes the empty entries a full disk or a kill left.
+
+  JAX writes an entry in place and never replaces one: an empty entry
+  would fail to load (a warning, and a compilation) in every later run.
+  """
+  with os.scandir(directory) as entries:
+    for entry in entries:
+      try:
+        if entry.name.endswith('-cache') and entry.stat().st_size == 0:
+          os.remove(entry.path)
+      except OSError:  # another process removed or is writing it
+        pass

@@ -97,6 +97,12 @@ def _acquire(path: str, workdir: str):
     except FileExistsError:
       holder = _read_lock(path)
       if not _stale(holder, path):
+        if holder.get('pid') is None:
+          raise CheckpointError(
+              f'workdir {workdir} is being locked by another run that is'
+              f' starting ({path} is not written yet); wait for it, or use'
+              f' another --workdir (if no run uses it, delete {path})'
+          ) from None
         raise CheckpointError(
             f'workdir {workdir} is in use by pid {holder.get("pid")} on'
             f' {holder.get("host")} since {holder.get("since")}'

@@ -14,7 +14,9 @@ import jax.numpy as jnp
 import pytest
 
 from nmt_jax import checkpoint
+from nmt_jax import compile_cache
 from nmt_jax import errors
+from nmt_jax import locks
 from nmt_jax import preemption
 from nmt_jax import writers
 from tests.test_cli import QUICK
@@ -165,3 +167,43 @@ def test_ctrl_c_during_a_save_waits_for_it(monkeypatch):
     assert finished == ['the save']
   finally:
     signal.signal(signal.SIGINT, previous)
+
+
+def test_an_empty_lock_file_just_made_is_a_run_starting(tmp_path):
+  # The lock of a run between creating its lock file and writing it.
+  (tmp_path / locks.LOCK_FILE).write_text('')
+  with pytest.raises(
+      errors.CheckpointError,
+      match='is being locked by another run that is starting',
+  ):
+    with locks.locked(str(tmp_path)):
+      pass
+
+
+def test_the_compilation_cache_drops_empty_entries_and_unwritable_folders(
+    tmp_path, monkeypatch
+):
+  updates = {}
+  monkeypatch.setattr(
+      compile_cache.jax.config, 'update', lambda k, v: updates.update({k: v})
+  )
+  monkeypatch.delenv('JAX_COMPILATION_CACHE_DIR', raising=False)
+  monkeypatch.setenv(compile_cache.ENV, str(tmp_path))
+  # A full disk or a kill leaves empty entries JAX would never replace.
+  (tmp_path / 'jit_step-1a2b-cache').write_bytes(b'')
+  (tmp_path / 'jit_step-1a2b-atime').write_bytes(b'')
+  (tmp_path / 'jit_step-3c4d-cache').write_bytes(b'compiled')
+  assert compile_cache.configure() == str(tmp_path)
+  assert sorted(os.listdir(tmp_path)) == [
+      'jit_step-1a2b-atime',
+      'jit_step-3c4d-cache',
+  ]
+  assert updates['jax_compilation_cache_dir'] == str(tmp_path)
+
+  def read_only(*args, **kwargs):
+    raise PermissionError(errno.EACCES, 'Permission denied')
+
+  updates.clear()
+  monkeypatch.setattr(compile_cache.tempfile, 'TemporaryFile', read_only)
+  assert compile_cache.configure() is None
+  assert not updates
