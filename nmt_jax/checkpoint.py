@@ -26,6 +26,7 @@ import numpy as np
 import orbax.checkpoint as ocp
 
 from nmt_jax import checkpoint_integrity as integrity
+from nmt_jax import locks
 from nmt_jax.checkpoint_integrity import DamagedCheckpoint
 from nmt_jax.errors import CheckpointError
 
@@ -296,7 +297,7 @@ class Checkpoints:
     """restore_fn(step) of the newest (or best) step that is not damaged.
 
     Each damaged step is logged and moved to checkpoints/corrupt/ (or, in a
-    read-only workdir, skipped). Returns (step, restore_fn(step)), or
+    read-only workdir or one another run holds the lock of, skipped). Returns (step, restore_fn(step)), or
     (None, None) when no step is left. With several processes they agree: a
     step one of them cannot read (its own data-iterator file, a read error on
     one host) is damaged for all, or they would train from different steps.
@@ -352,7 +353,13 @@ class Checkpoints:
     target, n = os.path.join(corrupt, str(step)), 1
     while os.path.exists(target):
       target, n = os.path.join(corrupt, f'{step}-{n}'), n + 1
-    if jax.process_index() == 0:
+    if jax.process_index() == 0 and locks.in_use_by_another(
+        os.path.dirname(self.directory)
+    ):
+      # Only the run writing there moves its files: the step may be one its
+      # rotation is deleting right now (translate reads a training workdir).
+      moved = 'left in place (a run is using the workdir)'
+    elif jax.process_index() == 0:
       try:
         os.makedirs(corrupt, exist_ok=True)
         os.rename(source, target)

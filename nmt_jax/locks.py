@@ -80,6 +80,14 @@ def locked(workdir: str):
         os.remove(path)
 
 
+def in_use_by_another(workdir: str) -> bool:
+  """Whether a live run other than this process holds the workdir's lock."""
+  path = os.path.abspath(os.path.join(workdir, LOCK_FILE))
+  if path in _held or not os.path.exists(path):
+    return False
+  return not _stale(_read_lock(path), path)
+
+
 def _acquire(path: str, workdir: str):
   me = {
       'host': socket.gethostname(),

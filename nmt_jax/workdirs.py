@@ -318,8 +318,7 @@ def load_params_from(workdir: str, config, abstract_params, mesh, task=None):
         f'train.init_from={workdir!r} has no config.json and checkpoints; '
         'point it at the workdir of a finished training run'
     )
-  with open(config_path) as f:
-    other_kind = json.load(f)['model']['attention']['kind']
+  other_kind = load_config(workdir).model.attention.kind
   if other_kind != config.model.attention.kind:
     raise CheckpointError(
         f'train.init_from={workdir!r} trained attention kind {other_kind!r}, '

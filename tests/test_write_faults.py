@@ -9,6 +9,7 @@ import json
 import os
 import shutil
 import signal
+import socket
 
 import jax.numpy as jnp
 import pytest
@@ -207,3 +208,42 @@ def test_the_compilation_cache_drops_empty_entries_and_unwritable_folders(
   monkeypatch.setattr(compile_cache.tempfile, 'TemporaryFile', read_only)
   assert compile_cache.configure() is None
   assert not updates
+
+
+def test_a_reader_leaves_damage_to_the_run_holding_the_workdir(
+    trained, tmp_path
+):
+  # translate reads a workdir that is training without its lock: a step it
+  # finds damaged may be one the run's rotation is deleting. Only the run
+  # holding the lock moves its files.
+  workdir = _copy(trained, tmp_path)
+  parent = os.getppid()  # alive, and not this process
+  with open(os.path.join(workdir, locks.LOCK_FILE), 'w') as f:
+    json.dump(
+        {
+            'host': socket.gethostname(),
+            'pid': parent,
+            'boot_id': locks._boot_id(),
+            'started': locks._start_ticks(parent),
+        },
+        f,
+    )
+  ckpts = checkpoint.Checkpoints(workdir, create=False)
+
+  def restore(step):
+    if step == 4:
+      raise checkpoint.DamagedCheckpoint('half deleted')
+    return step
+
+  try:
+    assert ckpts.first_good(restore) == (2, 2)
+  finally:
+    ckpts.close()
+  assert sorted(os.listdir(os.path.join(workdir, 'checkpoints'))) == ['2', '4']
+  os.remove(os.path.join(workdir, locks.LOCK_FILE))  # no run: moved aside
+  ckpts = checkpoint.Checkpoints(workdir, create=False)
+  try:
+    assert ckpts.first_good(restore) == (2, 2)
+  finally:
+    ckpts.close()
+  assert checkpoint.set_aside(workdir) == ['4']
