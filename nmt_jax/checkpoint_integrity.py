@@ -7,9 +7,11 @@ the tracebacks of the reads a failed restore abandons out of the log.
 """
 
 import contextlib
+import errno
 import gc
 import inspect
 import logging as std_logging
+import re
 import sys
 import threading
 import time
@@ -190,12 +192,41 @@ def reading():
           ' free memory (other processes on the device) and run the same'
           ' command again'
       ) from None
+    if _storage_failed(e):
+      # Not the checkpoint's fault either: the same read may work next time.
+      raise CheckpointError(
+          f'cannot read a checkpoint ({one_line(e)}); fix the storage or its'
+          ' permissions and run the same command again (nothing was set'
+          ' aside)'
+      ) from None
     raise DamagedCheckpoint(one_line(e)) from e
   finally:
     if failed:
       time.sleep(0.5)  # the abandoned reads finish (and fail) meanwhile
     gc.collect()
     sys.unraisablehook, sys.excepthook = hooks
+
+
+# Permission denied, an I/O error, a stale NFS handle, a timeout: errno values
+# a TensorStore error names as os_error_code.
+_STORAGE_ERRNOS = (errno.EPERM, errno.EACCES, errno.EIO, errno.ESTALE)
+_STORAGE_ERRNOS += (errno.ETIMEDOUT,)
+_STORAGE_STATUS = ('PERMISSION_DENIED', 'UNAVAILABLE', 'DEADLINE_EXCEEDED')
+
+
+def _storage_failed(error: BaseException) -> bool:
+  """Whether `error` (or what caused it) is the storage's, not the data's."""
+  while error is not None:
+    if isinstance(error, OSError) and error.errno in _STORAGE_ERRNOS:
+      return True
+    text = str(error)
+    if any(status in text for status in _STORAGE_STATUS):
+      return True
+    codes = re.findall(r"os_error_code='?(\d+)", text)
+    if any(int(code) in _STORAGE_ERRNOS for code in codes):
+      return True
+    error = error.__cause__ or error.__context__
+  return False
 
 
 def _quiet_unraisable(unraisable):

@@ -862,6 +862,26 @@ def test_out_of_memory_while_restoring_does_not_set_a_checkpoint_aside():
       raise ValueError('bad bytes')
 
 
+@pytest.mark.parametrize(
+    'error',
+    [
+        PermissionError(13, 'Permission denied'),
+        OSError(116, 'Stale file handle'),
+        ValueError('PERMISSION_DENIED: Error opening file "x/d/1"'),
+        ValueError("UNKNOWN: Error reading x: [os_error_code='5'] I/O error"),
+    ],
+)
+def test_a_read_the_storage_refused_does_not_set_a_checkpoint_aside(error):
+  # A passing NFS hiccup or a permission problem would otherwise set every
+  # good checkpoint aside, one after the other.
+  with pytest.raises(errors.CheckpointError, match='nothing was set aside'):
+    with checkpoint_integrity.reading():
+      raise error
+  with pytest.raises(checkpoint.DamagedCheckpoint):  # a missing file is
+    with checkpoint_integrity.reading():
+      raise ValueError('NOT_FOUND: Error opening file "x/d/1"')
+
+
 _LATE_READ = """
 import types
 import nmt_jax.checkpoint_integrity
