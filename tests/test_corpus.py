@@ -629,9 +629,8 @@ def test_ragged_round_trip(tmp_path):
   assert isinstance(loaded.flat.base, np.memmap)  # mapped, not read
 
 
-def test_second_load_maps_the_encoded_cache_and_changes_invalidate_it(
-    tmp_path, monkeypatch
-):
+def _cached_corpus(tmp_path):
+  """A small text corpus loaded once: (prefix, config, workdir, its Task)."""
   prefix = write_corpus(
       str(tmp_path),
       train=(['a b c', 'b c', 'c d e f'] * 30, ['x y', 'y', 'z x y'] * 30),
@@ -640,7 +639,18 @@ def test_second_load_maps_the_encoded_cache_and_changes_invalidate_it(
   config = text_config(kind='word', max_length=10)
   config.data.name = f'text:{prefix}'
   workdir = str(tmp_path / 'run')
-  fresh = data.load_task(config.data, 0, workdir, build_vocab=True)
+  return (
+      prefix,
+      config,
+      workdir,
+      data.load_task(config.data, 0, workdir, build_vocab=True),
+  )
+
+
+def test_second_load_maps_the_encoded_cache_and_changes_invalidate_it(
+    tmp_path, monkeypatch
+):
+  prefix, config, workdir, fresh = _cached_corpus(tmp_path)
   assert len(os.listdir(os.path.join(workdir, encoding.CACHE_DIR))) == 1
 
   def no_reading(*args):
@@ -685,15 +695,7 @@ def test_second_load_maps_the_encoded_cache_and_changes_invalidate_it(
 )
 def test_a_damaged_encoded_cache_is_encoded_again(tmp_path, damage):
   # E.g. a copy of the workdir cut short: every later run crashed on it.
-  prefix = write_corpus(
-      str(tmp_path),
-      train=(['a b c', 'b c', 'c d e f'] * 30, ['x y', 'y', 'z x y'] * 30),
-      dev=(['a c', 'd'], ['x', 'z z']),
-  )
-  config = text_config(kind='word', max_length=10)
-  config.data.name = f'text:{prefix}'
-  workdir = str(tmp_path / 'run')
-  fresh = data.load_task(config.data, 0, workdir, build_vocab=True)
+  _, config, workdir, fresh = _cached_corpus(tmp_path)
   (entry,) = glob.glob(os.path.join(workdir, encoding.CACHE_DIR, '*'))
   if damage == 'truncate':
     path = os.path.join(entry, 'train.source.ids.npy')

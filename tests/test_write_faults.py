@@ -20,31 +20,20 @@ from nmt_jax import errors
 from nmt_jax import locks
 from nmt_jax import preemption
 from nmt_jax import writers
-from tests.test_cli import QUICK
 from tests.test_cli import nmt
 from tests.test_cli import snapshot
+from tests.test_faults import RUN
+from tests.test_faults import _copy
 from tests.test_faults import _one_line_error
-
-RUN = [
-    '--config=configs/global_general.py:tiny',
-    *QUICK,
-    '--config.train.num_steps=4',
-]
 
 pytestmark = pytest.mark.slow
 
 
 @pytest.fixture(scope='module')
 def trained(tmp_path_factory):
-  """A tiny run with checkpoints 2 and 4."""
+  """test_faults' tiny run, checkpoints 2, 4 and 6, made for this module."""
   workdir = str(tmp_path_factory.mktemp('writes') / 'tiny')
   nmt(*RUN, f'--workdir={workdir}')
-  return workdir
-
-
-def _copy(trained, tmp_path):
-  workdir = str(tmp_path / 'w')
-  shutil.copytree(trained, workdir)
   return workdir
 
 
@@ -56,7 +45,7 @@ def test_a_workdir_whose_checkpoints_were_all_set_aside_is_not_retrained(
   workdir = _copy(trained, tmp_path)
   corrupt = os.path.join(workdir, 'checkpoints', 'corrupt')
   os.makedirs(corrupt)
-  for step in ('2', '4'):
+  for step in ('2', '4', '6'):
     os.rename(os.path.join(workdir, 'checkpoints', step), f'{corrupt}/{step}')
   before = snapshot(workdir)
   result = nmt(
@@ -231,19 +220,20 @@ def test_a_reader_leaves_damage_to_the_run_holding_the_workdir(
   ckpts = checkpoint.Checkpoints(workdir, create=False)
 
   def restore(step):
-    if step == 4:
+    if step == 6:
       raise checkpoint.DamagedCheckpoint('half deleted')
     return step
 
   try:
-    assert ckpts.first_good(restore) == (2, 2)
+    assert ckpts.first_good(restore) == (4, 4)
   finally:
     ckpts.close()
-  assert sorted(os.listdir(os.path.join(workdir, 'checkpoints'))) == ['2', '4']
+  steps = os.listdir(os.path.join(workdir, 'checkpoints'))
+  assert sorted(steps) == ['2', '4', '6']
   os.remove(os.path.join(workdir, locks.LOCK_FILE))  # no run: moved aside
   ckpts = checkpoint.Checkpoints(workdir, create=False)
   try:
-    assert ckpts.first_good(restore) == (2, 2)
+    assert ckpts.first_good(restore) == (4, 4)
   finally:
     ckpts.close()
-  assert checkpoint.set_aside(workdir) == ['4']
+  assert checkpoint.set_aside(workdir) == ['6']
