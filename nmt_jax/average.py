@@ -27,6 +27,7 @@ from nmt_jax import checkpoint
 from nmt_jax import errors
 from nmt_jax import locks
 from nmt_jax import parallel
+from nmt_jax import run_config
 from nmt_jax import workdirs
 from nmt_jax import writers
 
@@ -58,7 +59,7 @@ def _damaged(ckpts, step: int, error) -> errors.CheckpointError:
 def _keep_checkpoints(ckpts) -> Optional[int]:
   """train.keep_checkpoints of the run (its config.json), if readable."""
   try:
-    config = workdirs.load_config(os.path.dirname(ckpts.directory))
+    config = run_config.load_config(os.path.dirname(ckpts.directory))
   except (OSError, ValueError):
     return None
   return int(config.train.keep_checkpoints)
@@ -209,7 +210,7 @@ def average_checkpoints(
         target.close()
   except BaseException:
     if created:
-      shutil.rmtree(output, ignore_errors=True)
+      shutil.rmtree(created, ignore_errors=True)  # with the folders made for it
     raise
   logging.info(
       'averaged steps %s of %s into %s (step %d)',

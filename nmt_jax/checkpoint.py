@@ -219,7 +219,7 @@ class Checkpoints:
     wanted = _leaf_shapes(abstract_state)
     for name in sorted(set(stored) | set(wanted)):
       if stored.get(name) != wanted.get(name):
-        # The model fields are checked before (workdirs.check_identity).
+        # The model fields are checked before (run_config.check_identity).
         which = (
             ' (the optimizer state: train.optimizer, train.clip_norm and'
             ' train.plateau_decay must be as the run was started with)'

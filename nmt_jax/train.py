@@ -30,6 +30,7 @@ from nmt_jax import preemption
 from nmt_jax import profiling
 from nmt_jax import progress as progress_lib
 from nmt_jax import resume
+from nmt_jax import run_config
 from nmt_jax import steps
 from nmt_jax import validation
 from nmt_jax import workdirs
@@ -172,7 +173,7 @@ def train_and_evaluate(config, workdir: str) -> Dict[str, Any]:
   config = validation.resolve(config)
   mesh = make_mesh(config)
   if checkpoint.has_checkpoints(workdir):
-    workdirs.check_identity(config, workdir, 'resuming its training')
+    run_config.check_identity(config, workdir, 'resuming its training')
   elif checkpoint.set_aside(workdir):
     # Training from scratch would drop its records (metrics.jsonl).
     raise errors.CheckpointError(
@@ -248,7 +249,7 @@ def _train_and_evaluate(config, workdir: str, mesh) -> Dict[str, Any]:
       state = state.replace(params=params, opt_state=opt_state)
       logging.info('initialised from %s (step %d)', t.init_from, from_step)
     if lead:
-      workdirs.write_config(workdir, config)
+      run_config.write_config(workdir, config)
       writers.truncate_metrics(workdir, start)  # the re-run steps anew
     plateau = plateau_lib.resume(
         t, workdir, start, steps.plateau_scale(state.opt_state)

@@ -1,6 +1,6 @@
 """What a workdir holds besides the checkpoints, and how a run picks it up.
 
-A workdir has `config.json` (the resolved config), `checkpoints/`
+A workdir has `config.json` (the resolved config; run_config.py), `checkpoints/`
 (checkpoint.py), `metrics.jsonl` and TensorBoard events (writers.py),
 `vocab/` and `data_cache/` for real corpora (nmt_jax/data/encoding.py) and,
 after evaluation, `eval_results.json` and `eval_hypotheses.txt`.
@@ -9,20 +9,18 @@ after evaluation, `eval_results.json` and `eval_hypotheses.txt`.
 import contextlib
 import json
 import os
-from typing import Any, Dict, Optional, Sequence
+from typing import Dict, Optional, Sequence
 
-from absl import logging
 import jax
 
 from nmt_jax import attention
 from nmt_jax import checkpoint
 from nmt_jax import data
-from nmt_jax import default_config
 from nmt_jax import parallel
 from nmt_jax import plateau
+from nmt_jax import run_config
 from nmt_jax import scorers
 from nmt_jax import steps
-from nmt_jax import writers
 from nmt_jax.data import batching
 from nmt_jax.data import dataset
 from nmt_jax.errors import CheckpointError
@@ -91,7 +89,7 @@ def training_finished(workdir: str) -> bool:
     evaluated = os.path.getmtime(os.path.join(workdir, 'eval_results.json'))
     if evaluated < os.path.getmtime(os.path.join(directory, str(last))):
       return False
-    train_config = load_config(workdir).train
+    train_config = run_config.load_config(workdir).train
   except (
       OSError,
       ValueError,
@@ -102,180 +100,6 @@ def training_finished(workdir: str) -> bool:
     return True
   # Stopped early: its validations up to `last` say so, as a resume replays.
   return plateau.resume(train_config, workdir, last, 1.0).stopped
-
-
-# ------------------------------------------------------- the model's identity
-
-
-# model.* fields that change how a trained model runs, not what it computes:
-# an evaluation may set them otherwise than training did.
-RUN_OPTIONS = (
-    'dtype',
-    'explicit_weight_grads',
-    'gate_table',
-    'hoist_weight_grads',
-    'project_query',
-    'scan_unroll',
-)
-
-
-def with_run_options(member_config, config):
-  """A workdir's config with `config`'s run options and decoding fields.
-
-  An ensemble builds each member from its own config.json; the command
-  line's compute dtype, speed switches and (for members of its attention
-  kind) decoding fields such as flexible attention's tau apply to it as to a
-  single workdir.
-  """
-  for field in RUN_OPTIONS:  # member_config: a fresh load_config, changed here
-    if field in config.model:
-      member_config.model[field] = config.model[field]
-  kind = config.model.attention.kind
-  if member_config.model.attention.kind == kind:
-    for field in attention.get(kind).DECODING_FIELDS:
-      member_config.model.attention[field] = config.model.attention[field]
-  return member_config
-
-
-def identity_fields(config) -> Dict[str, Any]:
-  """The config fields that say what a workdir's parameters mean.
-
-  Every model.* field (of model.attention, those the kind's `identity`
-  names: its own fields without those that only steer decoding) except
-  dropout and the speed switches (RUN_OPTIONS: a float32 run can be evaluated
-  in bfloat16 and back), and the data fields that define the vocabularies
-  (data.vocab.* for a corpus, data.num_symbols for an embedded task).
-  Flattened, JSON values.
-  """
-  flat = _flatten(json.loads(config.to_json_best_effort()))
-  kind = attention.get(config.model.attention.kind)
-  kind_fields = {
-      f'model.attention.{f}' for f in kind.identity(config.model.attention)
-  } | {'model.attention.kind'}
-  embedded = config.data.name in data.embedded.NAMES
-  data_fields = (
-      'data.name',
-      'data.source_lang',
-      'data.target_lang',
-      'data.reverse_source',
-  ) + (('data.num_symbols',) if embedded else ())
-
-  def keep(key: str) -> bool:
-    if key.startswith('model.attention.'):
-      return key in kind_fields
-    if key.startswith('model.'):
-      return key != 'model.dropout' and key[len('model.') :] not in RUN_OPTIONS
-    return key in data_fields or (
-        not embedded and key.startswith('data.vocab.')
-    )
-
-  return {k: v for k, v in flat.items() if keep(k)}
-
-
-def check_identity(config, workdir: str, doing: str):
-  """Raises CheckpointError if `config` describes another model than the
-  workdir's config.json (a workdir without one passes)."""
-  if not os.path.exists(os.path.join(workdir, 'config.json')):
-    return
-  try:
-    stored = identity_fields(load_config(workdir))
-  except (OSError, ValueError) as e:
-    raise CheckpointError(
-        f'{workdir}/config.json cannot be read ({e}); restore it, or use'
-        ' another --workdir'
-    ) from None
-  wanted = identity_fields(config)
-  changes = [
-      f'{k}: {stored.get(k)!r} there, {wanted.get(k)!r} here'
-      for k in sorted(set(stored) | set(wanted))
-      if stored.get(k) != wanted.get(k)
-  ]
-  if changes:
-    raise CheckpointError(
-        f'workdir {workdir} holds another model than this config ({doing}):'
-        f' {"; ".join(changes)}; use the config it was trained with (its'
-        ' config.json), or another --workdir'
-    )
-
-
-# ---------------------------------------------------------- config.json
-
-
-def write_config(workdir: str, config):
-  """Writes config.json.
-
-  Logs the fields that differ from the workdir's earlier run.
-  """
-  path = os.path.join(workdir, 'config.json')
-  resolved = json.loads(config.to_json_best_effort())
-  if os.path.exists(path):
-    load_config(workdir)  # one that cannot be read is not replaced
-    before = _flatten(_read_config_json(path))
-    changes = {
-        k: (before.get(k), v)
-        for k, v in _flatten(resolved).items()
-        if before.get(k) != v
-    }
-    if changes:
-      logging.warning(
-          "config differs from the workdir's config.json: %s",
-          ', '.join(
-              f'{k}: {old!r} -> {new!r}'
-              for k, (old, new) in sorted(changes.items())
-          ),
-      )
-  writers.write_json(path, resolved)
-
-
-def _flatten(tree, prefix=''):
-  flat = {}
-  for key, value in tree.items():
-    if isinstance(value, dict):
-      flat.update(_flatten(value, f'{prefix}{key}.'))
-    else:
-      flat[f'{prefix}{key}'] = value
-  return flat
-
-
-def load_config(workdir: str):
-  """The workdir's resolved config (config.json) as a ConfigDict.
-
-  Fields added to nmt_jax since the run was made keep their defaults. Raises
-  OSError when there is none, CheckpointError when it cannot be read.
-  """
-  path = os.path.join(workdir, 'config.json')
-  config = default_config.get_config()
-  try:
-    _merge(config, _read_config_json(path))
-  except (TypeError, AttributeError, ValueError) as e:  # fields of wrong types
-    raise _unreadable(path, e) from None
-  return config
-
-
-def _read_config_json(path: str) -> Dict[str, Any]:
-  with open(path, encoding='utf-8') as f:
-    try:
-      stored = json.load(f)
-    except ValueError as e:  # also a UnicodeDecodeError
-      raise _unreadable(path, e) from None
-  if not isinstance(stored, dict):
-    raise _unreadable(path, 'not a JSON object')
-  return stored
-
-
-def _unreadable(path: str, why) -> CheckpointError:
-  return CheckpointError(
-      f'{path} cannot be read ({why}); restore it, or use another --workdir'
-  )
-
-
-def _merge(config, stored: Dict[str, Any]):
-  for key, value in stored.items():
-    if key in config and isinstance(value, dict):
-      _merge(config[key], value)
-    elif key in config:
-      current = config[key]
-      config[key] = tuple(value) if isinstance(current, tuple) else value
 
 
 def checkpoint_meta(
@@ -318,7 +142,7 @@ def load_params_from(workdir: str, config, abstract_params, mesh, task=None):
         f'train.init_from={workdir!r} has no config.json and checkpoints; '
         'point it at the workdir of a finished training run'
     )
-  other_kind = load_config(workdir).model.attention.kind
+  other_kind = run_config.load_config(workdir).model.attention.kind
   if other_kind != config.model.attention.kind:
     raise CheckpointError(
         f'train.init_from={workdir!r} trained attention kind {other_kind!r}, '
@@ -386,7 +210,7 @@ def restore_for_inference(config, workdir: str, corpus: bool = True):
   given sentences, and the corpus is not read.
   """
   _check_has_checkpoints(workdir)
-  check_identity(config, workdir, 'restoring its checkpoint')
+  run_config.check_identity(config, workdir, 'restoring its checkpoint')
   task = _load_task(config, workdir, corpus)
   model = steps.create_model(config, task)
   mesh = parallel.make_mesh(config.parallel.mesh_shape)
@@ -417,13 +241,15 @@ def restore_scorer(config, paths: Sequence[str], corpus: bool = True):
     )
     return task, scorers.Single(model), mesh, params, [step]
   wanted = {
-      k: v for k, v in identity_fields(config).items() if k.startswith('data.')
+      k: v
+      for k, v in run_config.identity_fields(config).items()
+      if k.startswith('data.')
   }
   configs = []
   for path in paths:
     _check_has_checkpoints(path)
-    configs.append(load_config(path))
-    stored = identity_fields(configs[-1])
+    configs.append(run_config.load_config(path))
+    stored = run_config.identity_fields(configs[-1])
     changes = [
         f'{k}: {stored.get(k)!r} there, {v!r} here'
         for k, v in sorted(wanted.items())
@@ -447,7 +273,9 @@ def restore_scorer(config, paths: Sequence[str], corpus: bool = True):
   mesh = parallel.make_mesh(config.parallel.mesh_shape)
   members, params, steps_ = [], [], []
   for path, member_config in zip(paths, configs):
-    model = steps.create_model(with_run_options(member_config, config), task)
+    model = steps.create_model(
+        run_config.with_run_options(member_config, config), task
+    )
     member_params, step = best_params(
         path, _abstract_params(model), mesh, f'member {path}', task=task
     )

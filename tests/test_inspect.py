@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 from nmt_jax import inference
+from nmt_jax import run_config
 from nmt_jax import workdirs
 from nmt_jax.tools import attention_maps
 from nmt_jax.tools import plots
@@ -476,7 +477,7 @@ def test_translate_with_attention(runs):
   memory = attention_maps.translate_with_attention(
       f'{root}/memory_k4', sentences
   )
-  config = workdirs.load_config(f'{root}/memory_k4')
+  config = run_config.load_config(f'{root}/memory_k4')
   config.decode.beam_size = 1
   # The same hypotheses as the translate mode (greedy, no diagnostics).
   assert [' '.join(t.hypothesis[:-1]) for t in memory] == inference.translate(

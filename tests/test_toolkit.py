@@ -22,10 +22,10 @@ from nmt_jax import outputs
 from nmt_jax import parallel
 from nmt_jax import plateau
 from nmt_jax import profiling
+from nmt_jax import run_config
 from nmt_jax import scorers
 from nmt_jax import steps
 from nmt_jax import validation
-from nmt_jax import workdirs
 from nmt_jax import writers
 from nmt_jax.data import batching
 from nmt_jax.data import dataset
@@ -251,7 +251,7 @@ def test_reverse_source_reaches_every_split_and_the_identity():
   plain = _task()
   for a, b in zip(task.train.source[:20], plain.train.source[:20]):
     np.testing.assert_array_equal(a, np.append(b[:-1][::-1], EOS))
-  assert workdirs.identity_fields(config)['data.reverse_source'] is True
+  assert run_config.identity_fields(config)['data.reverse_source'] is True
 
 
 def test_position_encodings_length_is_part_of_the_models_identity():
@@ -263,7 +263,7 @@ def test_position_encodings_length_is_part_of_the_models_identity():
     config.model.attention.kind = 'memory'
     config.model.attention.position_encoding = encoding
     config.data.max_length = max_length
-    return workdirs.identity_fields(validation.resolve(config))
+    return run_config.identity_fields(validation.resolve(config))
 
   key = 'model.attention.max_source_length'
   assert identity('renorm', 8)[key] == 9
@@ -279,7 +279,7 @@ def test_the_identity_holds_the_vocabulary_fields_the_task_uses():
     config.data.vocab.size = vocab_size
     config.data.num_symbols = num_symbols
     config.model.gate_table = gate_table
-    return workdirs.identity_fields(config)
+    return run_config.identity_fields(config)
 
   # An embedded task's vocabulary is its symbols: data.vocab.* is unused.
   assert identity('copy') == identity('copy', vocab_size=99)

@@ -16,6 +16,7 @@ from nmt_jax import attention
 from nmt_jax import data
 from nmt_jax import decode
 from nmt_jax import models
+from nmt_jax import run_config
 from nmt_jax import validation
 from nmt_jax import workdirs
 from nmt_jax.data import batching
@@ -51,7 +52,7 @@ def translate_with_attention(
   Keeps the attention per step. `overrides` changes config fields first, e.g.
   {'model.attention.tau': 1.2}.
   """
-  config = workdirs.load_config(workdir)
+  config = run_config.load_config(workdir)
   for field, value in (overrides or {}).items():
     *parents, leaf = field.split('.')
     node = config
@@ -152,6 +153,6 @@ def _reading_order(values, axis: int):
 
 def sample_sentences(workdir: str, count: int = 3) -> List[str]:
   """The first `count` source sentences of the workdir's validation split."""
-  config = workdirs.load_config(workdir)
+  config = run_config.load_config(workdir)
   task = data.load_task(config.data, config.seed, workdir)
   return list(task.eval.source_text[:count])
