@@ -52,8 +52,8 @@ _MODE = flags.DEFINE_enum(
     'train',
     ['train', 'eval', 'translate', 'score', 'prepare'],
     'train (then evaluate), eval (best checkpoint), translate, score (the'
-    " log-probability of given translations), or prepare (build a real corpus's"
-    ' vocabularies once).',
+    ' log-probability of given translations), or prepare (download a real'
+    ' corpus, build its vocabularies and its encoded cache, once).',
 )
 _INPUT = flags.DEFINE_string(
     'input',
