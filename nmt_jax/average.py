@@ -60,7 +60,7 @@ def _keep_checkpoints(ckpts) -> Optional[int]:
   """train.keep_checkpoints of the run (its config.json), if readable."""
   try:
     config = run_config.load_config(os.path.dirname(ckpts.directory))
-  except (OSError, ValueError):
+  except (OSError, ValueError, errors.CheckpointError):
     return None
   return int(config.train.keep_checkpoints)
 
@@ -210,7 +210,11 @@ def average_checkpoints(
         target.close()
   except BaseException:
     if created:
-      shutil.rmtree(created, ignore_errors=True)  # with the folders made for it
+      shutil.rmtree(output, ignore_errors=True)
+      # The empty folders made for it (another average may use the others).
+      workdirs.remove_if_empty(
+          os.path.dirname(os.path.abspath(output)), created
+      )
     raise
   logging.info(
       'averaged steps %s of %s into %s (step %d)',

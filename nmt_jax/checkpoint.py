@@ -46,6 +46,19 @@ class _NoMetricsFilter(std_logging.Filter):
 std_logging.getLogger('absl').addFilter(_NoMetricsFilter())
 
 
+def _failed_writing(error: Optional[BaseException]) -> bool:
+  """Whether a save failed in the storage (any OSError, in TensorStore's
+  words too), not in nmt_jax or Orbax."""
+  while error is not None:
+    text = str(error)
+    if isinstance(error, OSError) or 'os_error_code' in text:
+      return True
+    if integrity.storage_failed(error) or 'RESOURCE_EXHAUSTED' in text:
+      return True
+    error = error.__cause__ or error.__context__
+  return False
+
+
 def _every_process(flags) -> np.ndarray:
   """[processes, len(flags)]: each process's flags (with several, a
   collective every process must call)."""
@@ -153,6 +166,8 @@ class Checkpoints:
     try:
       yield
     except Exception as e:  # OSError, or Orbax's wrapping of one
+      if not _failed_writing(e):
+        raise  # not the storage's: a bug, with its traceback
       # Its other writes fail in Orbax's threads and event loop after this.
       integrity.quiet_orbax_for_good()
       raise CheckpointError(
@@ -297,10 +312,12 @@ class Checkpoints:
     """restore_fn(step) of the newest (or best) step that is not damaged.
 
     Each damaged step is logged and moved to checkpoints/corrupt/ (or, in a
-    read-only workdir or one another run holds the lock of, skipped). Returns (step, restore_fn(step)), or
-    (None, None) when no step is left. With several processes they agree: a
-    step one of them cannot read (its own data-iterator file, a read error on
-    one host) is damaged for all, or they would train from different steps.
+    read-only workdir or one another run holds the lock of, skipped).
+    Returns (step, restore_fn(step)), or (None, None) when no step is left.
+    With several processes they agree: a step one of them cannot read (its
+    own data-iterator file, damage only it sees) is damaged for all, or they
+    would train from different steps; a CheckpointError on one (out of
+    memory, the storage refusing a read) stops all.
     """
     skipped = set()
     while True:
@@ -308,15 +325,26 @@ class Checkpoints:
       if not steps:
         return None, None
       step = self._best_of(steps) if best else max(steps)
+      result, reason, fatal = None, None, None
       try:
-        result, reason = restore_fn(step), None
+        result = restore_fn(step)
       except DamagedCheckpoint as e:
-        result, reason = None, str(e)
+        reason = str(e)
+      except CheckpointError as e:
+        fatal = e
       # Looked at before any process sets the step aside.
       gone = reason is not None and not os.path.isdir(
           os.path.join(self.directory, str(step))
       )
-      verdicts = _every_process([reason is not None, gone])
+      verdicts = _every_process([reason is not None, gone, fatal is not None])
+      stopped = np.flatnonzero(verdicts[:, 2])
+      if fatal is not None:
+        raise fatal
+      if stopped.size:  # the others would wait for it in the next collective
+        raise CheckpointError(
+            f'process {stopped[0]} could not read checkpoint {step}; its log'
+            ' says why'
+        )
       failed = np.flatnonzero(verdicts[:, 0])
       if failed.size and reason is None:
         reason = f'process {failed[0]} could not read it'

@@ -52,6 +52,21 @@ class _AbandonedReadsFilter(std_logging.Filter):
     return not _abandoned_read(record.exc_info[1] if record.exc_info else None)
 
 
+def _closed_loop_callback(value, trace) -> bool:
+  """A TensorStore callback into an event loop Orbax closed.
+
+  The reads and writes a failed restore or save abandoned finish later, and
+  each callback reports this as unraisable (a traceback without a header),
+  whatever the timing.
+  """
+  frames = traceback.extract_tb(trace)
+  return (
+      isinstance(value, RuntimeError)
+      and str(value) == 'Event loop is closed'
+      and any(frame.name == 'call_soon_threadsafe' for frame in frames)
+  )
+
+
 def _quiet_abandoned_reads(unraisable, report=sys.unraisablehook):
   """sys.unraisablehook: the abandoned reads' coroutines, finalized.
 
@@ -63,6 +78,8 @@ def _quiet_abandoned_reads(unraisable, report=sys.unraisablehook):
       unraisable.exc_value
   ):
     logging.debug('abandoned checkpoint read: %s', unraisable.exc_value)
+  elif _closed_loop_callback(unraisable.exc_value, unraisable.exc_traceback):
+    logging.debug('abandoned checkpoint callback: %s', unraisable.exc_value)
   else:
     report(unraisable)
 
@@ -102,16 +119,6 @@ def quiet_orbax_for_good():
       report_thread(args)
 
   threading.excepthook = thread_hook
-  # TensorStore's callbacks into the closed event loop report through it.
-  report = sys.excepthook
-
-  def exception_hook(kind, value, trace):
-    if _abandoned_read(value) or 'Event loop is closed' in str(value):
-      logging.debug('abandoned checkpoint write: %s', value)
-    else:
-      report(kind, value, trace)
-
-  sys.excepthook = exception_hook
   _AbandonedReadsFilter.everything = True
 
 
@@ -192,7 +199,7 @@ def reading():
           ' free memory (other processes on the device) and run the same'
           ' command again'
       ) from None
-    if _storage_failed(e):
+    if storage_failed(e):
       # Not the checkpoint's fault either: the same read may work next time.
       raise CheckpointError(
           f'cannot read a checkpoint ({one_line(e)}); fix the storage or its'
@@ -207,14 +214,14 @@ def reading():
     sys.unraisablehook, sys.excepthook = hooks
 
 
-# Permission denied, an I/O error, a stale NFS handle, a timeout: errno values
-# a TensorStore error names as os_error_code.
+# Permission denied, an I/O error, a stale NFS handle, a timeout, a full or
+# read-only disk: errno values a TensorStore error names as os_error_code.
 _STORAGE_ERRNOS = (errno.EPERM, errno.EACCES, errno.EIO, errno.ESTALE)
-_STORAGE_ERRNOS += (errno.ETIMEDOUT,)
+_STORAGE_ERRNOS += (errno.ETIMEDOUT, errno.ENOSPC, errno.EDQUOT, errno.EROFS)
 _STORAGE_STATUS = ('PERMISSION_DENIED', 'UNAVAILABLE', 'DEADLINE_EXCEEDED')
 
 
-def _storage_failed(error: BaseException) -> bool:
+def storage_failed(error: BaseException) -> bool:
   """Whether `error` (or what caused it) is the storage's, not the data's."""
   while error is not None:
     if isinstance(error, OSError) and error.errno in _STORAGE_ERRNOS:

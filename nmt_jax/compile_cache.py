@@ -66,10 +66,11 @@ def configure() -> Optional[str]:
 
 
 def _remove_empty_entries(directory: str):
-  """Removes the empty entries a full disk or a kill left.
+  """Removes the empty entries a full disk left.
 
-  JAX writes an entry in place and never replaces one: an empty entry
-  would fail to load (a warning, and a compilation) in every later run.
+  JAX creates an entry's file, then writes it, and never replaces one: an
+  empty entry would fail to load (a warning, and a compilation) in every
+  later run. (One cut short by a kill stays: delete the folder.)
   """
   with os.scandir(directory) as entries:
     for entry in entries:

@@ -26,7 +26,8 @@ import jax
 from jax.experimental import multihost_utils
 
 _interrupts = []  # the signals that raised KeyboardInterrupt
-_deferred = [0]  # > 0 inside `uninterrupted()`
+# Inside `uninterrupted()`: its depth, and whether an interrupt waits for it.
+_deferred = {'depth': 0, 'pending': False}
 
 
 def _interrupt(signum, frame):
@@ -35,28 +36,38 @@ def _interrupt(signum, frame):
   Raised inside a garbage-collector callback or a __del__ (XLA's run at any
   allocation), Python prints it as 'Exception ignored' and drops it: the
   training loop then raises it again (`raise_if_interrupted`). Inside
-  `uninterrupted()` it is raised when the block ends.
+  `uninterrupted()` the first one is raised when the block ends, a second
+  at once.
   """
   del frame
   _interrupts.append(signum)
-  if not _deferred[0]:
-    raise KeyboardInterrupt
+  if _deferred['depth'] and not _deferred['pending']:
+    _deferred['pending'] = True
+    logging.warning(
+        'interrupted: stopping once the checkpoint being saved is complete'
+        ' (interrupt again to stop at once)'
+    )
+    return
+  raise KeyboardInterrupt
 
 
 @contextlib.contextmanager
 def uninterrupted():
-  """Ctrl-C (or SIGTERM as Ctrl-C) raises only once the block is done.
+  """Ctrl-C (or SIGTERM as Ctrl-C) raises once the block is done.
 
   Around a checkpoint save: cut inside Orbax's save, it left the step's
-  temporary folder and hundreds of tracebacks from its threads.
+  temporary folder and hundreds of tracebacks from its threads. A second
+  Ctrl-C still stops at once (a save hanging on its storage).
   """
-  before = len(_interrupts)
-  _deferred[0] += 1
+  _deferred['depth'] += 1
   try:
     yield
   finally:
-    _deferred[0] -= 1
-  if len(_interrupts) > before:
+    _deferred['depth'] -= 1
+    pending = _deferred['pending'] and not _deferred['depth']
+    if pending:
+      _deferred['pending'] = False
+  if pending:
     raise KeyboardInterrupt
 
 

@@ -122,7 +122,10 @@ class CharVocab(Vocab):
   LITERAL_SPACE_MARK = '<\u2581>'  # SentencePiece output is full of them
 
   def _split(self, text: str) -> List[str]:
-    names = {' ': self.SPACE, self.SPACE: self.LITERAL_SPACE_MARK}
+    names = {' ': self.SPACE}
+    # A vocabulary built before the mark existed reads '▁' as a space still.
+    if self.LITERAL_SPACE_MARK in self.index or len(self) == len(SPECIALS):
+      names[self.SPACE] = self.LITERAL_SPACE_MARK
     return [names.get(c, c) for c in ' '.join(text.split())]
 
   def encode(self, text: str, line: int = 0) -> List[int]:

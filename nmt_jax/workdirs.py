@@ -67,6 +67,8 @@ def remove_if_empty(workdir: str, created: Optional[str] = None):
   with contextlib.suppress(OSError):
     os.rmdir(os.path.join(directory, 'checkpoints'))
   top = os.path.abspath(created) if created else directory
+  if os.path.commonpath([top, directory]) != top:
+    return  # `created` is not above it: nothing of this run's to remove
   while True:
     try:
       os.rmdir(directory)

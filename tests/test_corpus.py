@@ -98,6 +98,10 @@ def test_char_vocab_round_trips_text(tmp_path):
   spm_vocab = vocab_lib.build_vocab('char', pieces, size=0)
   for text in pieces:
     assert spm_vocab.decode(spm_vocab.encode(text)) == text
+  # A vocabulary built before '<▁>' existed reads '▁' as a space, as then.
+  old = vocab_lib.CharVocab(['\u2581', 'D', 'e', 'r'])
+  assert UNK not in old.encode('\u2581Der')
+  assert old.decode(old.encode('\u2581Der')) == ' Der'
   path = str(tmp_path / 'chars.txt')
   vocab.save(path)
   loaded = vocab_lib.load_vocab('char', path)

@@ -234,8 +234,9 @@ def cache_key(data_config, vocab_paths: Dict[str, str], identity) -> str:
       for k in ('name', 'source_lang', 'target_lang', 'max_length')
   }
   fields['vocab'] = data_config.vocab.to_dict()
-  # 2: the test split kept whole (before, filtered like the others).
-  fields['encoding'] = 2
+  # 2: the test split kept whole (before, filtered like the others); 3: a
+  # side is empty when it encodes to EOS alone (before, when blank).
+  fields['encoding'] = 3
   digest.update(
       json.dumps([fields, identity], sort_keys=True, default=str).encode()
   )

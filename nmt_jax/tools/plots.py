@@ -139,10 +139,11 @@ def plot_vision_span(translation: Translation, path: Optional[str] = None):
   )
   ax.imshow(translation.weights, cmap='Greys', vmin=0, aspect='auto')
   first, last = translation.extras['first'], translation.extras['last']
+  kept = np.flatnonzero(last >= first)  # not a reversed window of EOS alone
   ax.barh(
-      range(steps),
-      last - first + 1,
-      left=first - 0.5,
+      kept,
+      (last - first + 1)[kept],
+      left=(first - 0.5)[kept],
       height=0.8,
       fill=False,
       edgecolor='tab:red',
