@@ -46,19 +46,6 @@ class _NoMetricsFilter(std_logging.Filter):
 std_logging.getLogger('absl').addFilter(_NoMetricsFilter())
 
 
-def _failed_writing(error: Optional[BaseException]) -> bool:
-  """Whether a save failed in the storage (any OSError, in TensorStore's
-  words too), not in nmt_jax or Orbax."""
-  while error is not None:
-    text = str(error)
-    if isinstance(error, OSError) or 'os_error_code' in text:
-      return True
-    if integrity.storage_failed(error) or 'RESOURCE_EXHAUSTED' in text:
-      return True
-    error = error.__cause__ or error.__context__
-  return False
-
-
 def _every_process(flags) -> np.ndarray:
   """[processes, len(flags)]: each process's flags (with several, a
   collective every process must call)."""
@@ -99,15 +86,22 @@ class Checkpoints:
         best_mode='max',
     )
     self._saving = None  # the step of the asynchronous save in flight
-    self.manager = ocp.CheckpointManager(
-        self.directory,
-        options=options,
-        item_handlers={
-            'state': ocp.StandardCheckpointHandler(),
-            'meta': ocp.JsonCheckpointHandler(),
-            'data': grain.checkpoint.CheckpointHandler(),
-        },
-    )
+    try:
+      self.manager = ocp.CheckpointManager(
+          self.directory,
+          options=options,
+          item_handlers={
+              'state': ocp.StandardCheckpointHandler(),
+              'meta': ocp.JsonCheckpointHandler(),
+              'data': grain.checkpoint.CheckpointHandler(),
+          },
+      )
+    except ValueError as e:  # it reads every step's metrics (BLEU) file
+      raise CheckpointError(
+          f'cannot read the checkpoints in {self.directory}'
+          f' ({integrity.one_line(e)}):'
+          f' {integrity.unreadable_metrics(self.directory)}'
+      ) from None
 
   def latest_step(self) -> Optional[int]:
     return self.manager.latest_step()
@@ -166,7 +160,7 @@ class Checkpoints:
     try:
       yield
     except Exception as e:  # OSError, or Orbax's wrapping of one
-      if not _failed_writing(e):
+      if not integrity.failed_writing(e):
         raise  # not the storage's: a bug, with its traceback
       # Its other writes fail in Orbax's threads and event loop after this.
       integrity.quiet_orbax_for_good()

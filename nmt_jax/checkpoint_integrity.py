@@ -10,7 +10,9 @@ import contextlib
 import errno
 import gc
 import inspect
+import json
 import logging as std_logging
+import os
 import re
 import sys
 import threading
@@ -234,6 +236,36 @@ def storage_failed(error: BaseException) -> bool:
       return True
     error = error.__cause__ or error.__context__
   return False
+
+
+def failed_writing(error: Optional[BaseException]) -> bool:
+  """Whether a save failed in the storage (any OSError, in TensorStore's
+  words too), not in nmt_jax or Orbax."""
+  while error is not None:
+    text = str(error)
+    if isinstance(error, OSError) or 'os_error_code' in text:
+      return True
+    if storage_failed(error) or 'RESOURCE_EXHAUSTED' in text:
+      return True
+    error = error.__cause__ or error.__context__
+  return False
+
+
+def unreadable_metrics(directory: str) -> str:
+  """Which step's metrics file (its validation BLEU) is not JSON, and the fix."""
+  for name in sorted(os.listdir(directory)):
+    path = os.path.join(directory, name, 'metrics', 'metrics')
+    try:
+      with open(path) as f:
+        json.load(f)
+    except FileNotFoundError:
+      continue
+    except (OSError, ValueError):
+      return (
+          f"{path} is damaged; write the step's validation BLEU back into it"
+          ' as {"bleu": B} (its meta holds it), or move the step away'
+      )
+  return 'move the damaged step away'
 
 
 def _quiet_unraisable(unraisable):

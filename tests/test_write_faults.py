@@ -337,3 +337,16 @@ def test_averaging_reads_past_a_broken_config_json(trained, tmp_path):
     assert average.choose_steps(ckpts, last=2) == [4, 6]
   finally:
     ckpts.close()
+
+
+def test_a_damaged_bleu_file_of_a_step_is_one_line(trained, tmp_path):
+  # Orbax reads every step's metrics/metrics when it opens the checkpoints.
+  workdir = _copy(trained, tmp_path)
+  path = os.path.join(workdir, 'checkpoints', '4', 'metrics', 'metrics')
+  with open(path, 'w') as f:
+    f.write('{"bleu": ')
+  before = snapshot(workdir)
+  for mode in ('train', 'eval'):
+    result = nmt(*RUN, f'--workdir={workdir}', f'--mode={mode}', check=False)
+    _one_line_error(result, f'{path} is damaged', '{"bleu": B}')
+  assert snapshot(workdir) == before
