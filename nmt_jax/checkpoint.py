@@ -415,7 +415,7 @@ def abstract(tree):
   return jax.tree_util.tree_map(ocp.utils.to_shape_dtype_struct, tree)
 
 
-def set_aside(workdir: str) -> List[str]:
+def set_aside_steps(workdir: str) -> List[str]:
   """The checkpoints first_good moved to checkpoints/corrupt/ as damaged."""
   directory = os.path.join(workdir, 'checkpoints', 'corrupt')
   return sorted(os.listdir(directory)) if os.path.isdir(directory) else []

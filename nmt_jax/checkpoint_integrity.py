@@ -51,7 +51,12 @@ class _AbandonedReadsFilter(std_logging.Filter):
         self.everything
     ):
       return True
-    return not _abandoned_read(record.exc_info[1] if record.exc_info else None)
+    error = record.exc_info[1] if record.exc_info else None
+    # After a failed save, its abandoned writes' storage errors too (raised
+    # in TensorStore: no Python frame of Orbax's in them).
+    return not (
+        _abandoned_read(error) or (self.everything and failed_writing(error))
+    )
 
 
 def _closed_loop_callback(value, trace) -> bool:
@@ -110,9 +115,12 @@ def quiet_orbax_for_good():
   They fail in Orbax's threads and event loop until the process ends, each
   with a traceback after the save's one-line error.
   """
+  if _AbandonedReadsFilter.everything:  # installed already
+    return
   report_thread = threading.excepthook
 
   def thread_hook(args):
+    # Any of its threads meeting the closed loop, not only callbacks.
     if _abandoned_read(args.exc_value) or 'Event loop is closed' in str(
         args.exc_value
     ):
@@ -223,32 +231,38 @@ _STORAGE_ERRNOS += (errno.ETIMEDOUT, errno.ENOSPC, errno.EDQUOT, errno.EROFS)
 _STORAGE_STATUS = ('PERMISSION_DENIED', 'UNAVAILABLE', 'DEADLINE_EXCEEDED')
 
 
+def _causes(error: Optional[BaseException]):
+  """`error` and the exceptions that caused it, outermost first."""
+  while error is not None:
+    yield error
+    error = error.__cause__ or error.__context__
+
+
+def _storage_error(error: BaseException) -> bool:
+  if isinstance(error, OSError) and error.errno in _STORAGE_ERRNOS:
+    return True
+  text = str(error)
+  codes = re.findall(r"os_error_code='?(\d+)", text)
+  return any(status in text for status in _STORAGE_STATUS) or any(
+      int(code) in _STORAGE_ERRNOS for code in codes
+  )
+
+
 def storage_failed(error: BaseException) -> bool:
   """Whether `error` (or what caused it) is the storage's, not the data's."""
-  while error is not None:
-    if isinstance(error, OSError) and error.errno in _STORAGE_ERRNOS:
-      return True
-    text = str(error)
-    if any(status in text for status in _STORAGE_STATUS):
-      return True
-    codes = re.findall(r"os_error_code='?(\d+)", text)
-    if any(int(code) in _STORAGE_ERRNOS for code in codes):
-      return True
-    error = error.__cause__ or error.__context__
-  return False
+  return any(_storage_error(e) for e in _causes(error))
 
 
 def failed_writing(error: Optional[BaseException]) -> bool:
   """Whether a save failed in the storage (any OSError, in TensorStore's
   words too), not in nmt_jax or Orbax."""
-  while error is not None:
-    text = str(error)
-    if isinstance(error, OSError) or 'os_error_code' in text:
-      return True
-    if storage_failed(error) or 'RESOURCE_EXHAUSTED' in text:
-      return True
-    error = error.__cause__ or error.__context__
-  return False
+  return any(
+      isinstance(e, OSError)
+      or _storage_error(e)
+      or 'os_error_code' in str(e)
+      or 'RESOURCE_EXHAUSTED' in str(e)
+      for e in _causes(error)
+  )
 
 
 def unreadable_metrics(directory: str) -> str:

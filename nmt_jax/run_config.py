@@ -91,13 +91,11 @@ def check_identity(config, workdir: str, doing: str):
   workdir's config.json (a workdir without one passes)."""
   if not os.path.exists(os.path.join(workdir, 'config.json')):
     return
+  path = os.path.join(workdir, 'config.json')
   try:
     stored = identity_fields(load_config(workdir))
-  except (OSError, ValueError) as e:
-    raise CheckpointError(
-        f'{workdir}/config.json cannot be read ({e}); restore it, or use'
-        ' another --workdir'
-    ) from None
+  except OSError as e:  # load_config raises the rest as this line already
+    raise _unreadable(path, e.strerror or e) from None
   wanted = identity_fields(config)
   changes = [
       f'{k}: {stored.get(k)!r} there, {wanted.get(k)!r} here'

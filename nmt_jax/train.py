@@ -174,7 +174,7 @@ def train_and_evaluate(config, workdir: str) -> Dict[str, Any]:
   mesh = make_mesh(config)
   if checkpoint.has_checkpoints(workdir):
     run_config.check_identity(config, workdir, 'resuming its training')
-  elif checkpoint.set_aside(workdir):
+  elif checkpoint.set_aside_steps(workdir):
     # Training from scratch would drop its records (metrics.jsonl).
     raise errors.CheckpointError(
         f'every checkpoint of {workdir} was set aside as damaged'

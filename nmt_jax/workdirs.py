@@ -74,7 +74,7 @@ def remove_if_empty(workdir: str, created: Optional[str] = None):
       os.rmdir(directory)
     except OSError:
       return
-    if directory == top or os.path.dirname(directory) == directory:
+    if directory == top:
       return
     directory = os.path.dirname(directory)
 
@@ -92,11 +92,8 @@ def training_finished(workdir: str) -> bool:
     if evaluated < os.path.getmtime(os.path.join(directory, str(last))):
       return False
     train_config = run_config.load_config(workdir).train
-  except (
-      OSError,
-      ValueError,
-      CheckpointError,
-  ):  # no checkpoint, results, config
+  # No checkpoint, no results, or no readable config.json.
+  except (OSError, ValueError, CheckpointError):
     return False
   if last >= train_config.num_steps:
     return True

@@ -320,6 +320,22 @@ def test_diagnostics_follow_the_best_hypothesis():
     )
 
 
+def _copy_split(sources):
+  """A Split whose targets are its sources, without texts."""
+  return dataset.Split(
+      source=sources,
+      target=sources,
+      source_text=[''] * len(sources),
+      target_text=[''] * len(sources),
+  )
+
+
+def _greedy_fn(model):
+  return jax.jit(
+      functools.partial(decode.greedy_search, model, ratio=1.5, offset=2)
+  )
+
+
 def test_decode_split_matches_direct_decoding_and_times_the_fastest_pass():
   _, model, params = _setup()
   rng = np.random.default_rng(8)
@@ -327,12 +343,8 @@ def test_decode_split_matches_direct_decoding_and_times_the_fastest_pass():
       np.append(rng.integers(4, 12, size=n), EOS).astype(np.int32)
       for n in (3, 7, 5, 2, 6)
   ]
-  split = dataset.Split(
-      source=sources, target=sources, source_text=[''] * 5, target_text=[''] * 5
-  )
-  decode_fn = jax.jit(
-      functools.partial(decode.greedy_search, model, ratio=1.5, offset=2)
-  )
+  split = _copy_split(sources)
+  decode_fn = _greedy_fn(model)
   nbest, stats = evaluation.decode_split(
       decode_fn,
       params,
@@ -356,9 +368,7 @@ def test_the_profiled_decoding_pass_is_not_a_timed_one(monkeypatch, tmp_path):
   # the decode_ms_per_sentence reported.
   _, model, params = _setup()
   sources = [np.asarray([5, 6, 7, EOS], np.int32)] * 3
-  split = dataset.Split(
-      source=sources, target=sources, source_text=[''] * 3, target_text=[''] * 3
-  )
+  split = _copy_split(sources)
   tracing, timed_while_tracing, traces = [False], [], []
 
   @contextlib.contextmanager
@@ -377,9 +387,7 @@ def test_the_profiled_decoding_pass_is_not_a_timed_one(monkeypatch, tmp_path):
 
   monkeypatch.setattr(evaluation.jax.profiler, 'trace', trace)
   monkeypatch.setattr(evaluation.timing, 'timed_with_cpu', timed_with_cpu)
-  decode_fn = jax.jit(
-      functools.partial(decode.greedy_search, model, ratio=1.5, offset=2)
-  )
+  decode_fn = _greedy_fn(model)
   _, stats = evaluation.decode_split(
       decode_fn,
       params,
