@@ -125,6 +125,11 @@ def _stepper(scorer, prepared, cache, with_diagnostics, alignments):
   return step_fn
 
 
+def _rows(mask, x):
+  """mask [N] broadcastable against x [N, ...]."""
+  return mask.reshape(mask.shape + (1,) * (x.ndim - 1))
+
+
 def _history(diagnostics, length):
   """Zero buffers [N, length, ...] for per-step diagnostics [N, ...]."""
   return jax.tree_util.tree_map(
@@ -187,9 +192,9 @@ def greedy_search(
     tokens = jnp.where(live, best, PAD)
     out = out.at[:, i].set(tokens)
     if history is not None:
-      history = jax.tree_util.tree_map(
-          lambda h, d: h.at[:, i].set(d), history, kept
-      )
+      # Zeros after a row's EOS, as in beam search.
+      put = lambda h, d: h.at[:, i].set(jnp.where(_rows(live, d), d, 0))
+      history = jax.tree_util.tree_map(put, history, kept)
     done = done | (tokens == EOS)
     return (i + 1, state, tokens, done, out, score, windows, history)
 
@@ -375,18 +380,13 @@ def beam_search(
 
   # A sentence with no finished hypothesis (only if the loop bound cut it)
   # falls back to live ones.
-  has_finished = s.fin_scores[:, :1] > NEG_INF  # [B, 1]
-  nbest_tokens = jnp.where(has_finished[..., None], s.fin_seqs, s.live_seqs)
-  nbest_scores = jnp.where(has_finished, s.fin_scores, s.live_logp)
+  has_finished = s.fin_scores[:, 0] > NEG_INF  # [B]
+  pick = lambda fin, live: jnp.where(_rows(has_finished, fin), fin, live)
+  nbest_tokens = pick(s.fin_seqs, s.live_seqs)
+  nbest_scores = pick(s.fin_scores, s.live_logp)
   nbest_history = history = None
   if s.fin_history is not None:
-    nbest_history = jax.tree_util.tree_map(
-        lambda fin, live: jnp.where(
-            has_finished.reshape((batch,) + (1,) * (fin.ndim - 1)), fin, live
-        ),
-        s.fin_history,
-        s.live_history,
-    )
+    nbest_history = jax.tree_util.tree_map(pick, s.fin_history, s.live_history)
     history = jax.tree_util.tree_map(lambda h: h[:, 0], nbest_history)
   return DecodeOutput(
       nbest_tokens[:, 0],

@@ -153,8 +153,10 @@ def get_config(arg=None):
   # Attention query: 'current' (Luong, h_t) or 'previous' (Bahdanau, h_{t-1};
   # the context then also feeds the LSTM input).
   config.model.query = 'current'
-  # Decoder initial state: 'dense' (tanh projection of the encoder's final
-  # states), 'copy' (same layer counts required) or 'zero'.
+  # Decoder initial state: 'dense' (a linear map of the encoder's final
+  # states, tanh on h), 'copy' (same layer counts required) or 'zero'. The
+  # top layers line up: with fewer decoder than encoder layers the decoder
+  # starts from the encoder's top ones.
   config.model.bridge = 'dense'
   # The readout htilde_t before the softmax: 'luong' (tanh(W_c [c_t; h_t]),
   # Luong's attentional state) or 'bahdanau_maxout' (Bahdanau's deep output:

@@ -272,8 +272,13 @@ def uses_gate_table(config, vocab_size: int, positions: int, train: bool):
   """
   if train and config.dropout:
     return False
-  mode = config.gate_table
-  return mode == 'on' or (mode == 'auto' and vocab_size < positions)
+  return table_pays(config.gate_table, vocab_size, positions)
+
+
+def table_pays(mode: str, vocab_size: int, lookups: int) -> bool:
+  """'on', or 'auto' where a table of V rows costs less than `lookups` rows
+  of GEMM: the gate tables' rule, in training and in decoding."""
+  return mode == 'on' or (mode == 'auto' and vocab_size < lookups)
 
 
 def reverse_padded(x: jax.Array, lengths: jax.Array) -> jax.Array:

@@ -35,18 +35,32 @@ from nmt_jax import precision
 from nmt_jax.vocab import PAD
 
 
+def bridged_layer(layer: int, num_encoder: int, num_decoder: int) -> int:
+  """The encoder layer whose final state starts decoder layer `layer`.
+
+  The top layers line up (the decoder's top layer starts from the encoder's
+  top layer); a decoder deeper than the encoder starts its extra bottom
+  layers from the encoder's bottom layer.
+  """
+  return max(0, num_encoder - num_decoder + layer)
+
+
 @flax.struct.dataclass
 class DecoderState:
   """The recurrent state of a decoder hypothesis; every leaf is [B, ...]."""
 
   lstm: Tuple[lstm.Carry, ...]  # per layer (c, h), each [B, H]
-  feed: jax.Array  # [B, H] attentional state htilde_{t-1} (input feeding)
+  # [B, R] attentional state htilde_{t-1} (input feeding), R = readout_width()
+  feed: jax.Array
   attention: Any  # the attention kind's state (dict)
   t: jax.Array  # [B] int32 index of the next target token
 
 
 class Decoder(nn.Module):
-  """Stacked LSTM decoder with input feeding and one attention kind."""
+  """Stacked LSTM decoder with input feeding and one attention kind.
+
+  Shapes: H the LSTM units, R = readout_width() the units of htilde_t.
+  """
 
   config: Any  # model
   vocab_size: int
@@ -106,7 +120,8 @@ class Decoder(nn.Module):
     feed = jnp.zeros((batch, self.readout_width()), memory.dtype)
     carries = []
     for layer in range(cfg.num_decoder_layers):
-      c, h = encoder_finals[min(layer, len(encoder_finals) - 1)]
+      top = bridged_layer(layer, len(encoder_finals), cfg.num_decoder_layers)
+      c, h = encoder_finals[top]
       if cfg.bridge == 'dense':
         carries.append(
             (self.bridge_c[layer](c), jnp.tanh(self.bridge_h[layer](h)))
@@ -137,7 +152,7 @@ class Decoder(nn.Module):
     """One target step.
 
     emb [B, E], words: its `token_features` ([B, ...] each) -> state,
-    htilde [B, H], diagnostics, and
+    htilde [B, R], diagnostics, and
     with `probes` (keyed as `hoisted_widths`, each [B, out]) the inputs of
     those kernels (else {}). `keep`: this step's dropout masks (see
     `dropout_masks`; None: no dropout).
@@ -225,7 +240,7 @@ class Decoder(nn.Module):
     )
 
   def logits(self, htilde):
-    """htilde [..., H] -> float32 logits [..., V] (softmax and loss in float32)."""
+    """htilde [..., R] -> float32 logits [..., V] (softmax and loss in float32)."""
     if self.config.output_hidden_size:
       htilde = jnp.tanh(self.output_hidden(htilde))
     if self.config.tie_embeddings:
@@ -245,11 +260,11 @@ class Decoder(nn.Module):
     return self.logits(htilde), diagnostics
 
   def features(self, cache, state, target_in, train=False, with_weights=False):
-    """Teacher forcing: target_in [B, T] -> htilde [B, T, H], diagnostics.
+    """Teacher forcing: target_in [B, T] -> htilde [B, T, R], diagnostics.
 
     htilde is the softmax layer's input (`logits` maps it to [B, T, V]).
     """
-    # Time-major inside (see encoder.py); only htilde [T, B, H] goes back.
+    # Time-major inside (see encoder.py); only htilde [T, B, R] goes back.
     # [T, B, E]
     emb = self.dropout(self.embed(target_in.T), deterministic=not train)
     if lstm.uses_gate_table(
@@ -286,7 +301,7 @@ class Decoder(nn.Module):
     """`step` over time-major emb [T, B, E] and its words [T, B, ...].
 
     keep: None or the dropout masks [T, B, ...] of `dropout_masks`.
-    -> (htilde [T, B, H], diagnostics [T, B, ...]), the hoisted kernels'
+    -> (htilde [T, B, R], diagnostics [T, B, ...]), the hoisted kernels'
     inputs [T, B, in] ({} when `probes`, [T, B, out] each, is None).
     """
 
@@ -398,12 +413,12 @@ class Seq2Seq(nn.Module):
     return self.decoder(cache, state, target_in, train, with_weights)
 
   def features(self, source, target_in, train=False, with_weights=False):
-    """As __call__, up to the softmax layer's input htilde [B, T, H]."""
+    """As __call__, up to the softmax layer's input htilde [B, T, R]."""
     cache, state = self.encode(source, train)
     return self.decoder.features(cache, state, target_in, train, with_weights)
 
   def output_logits(self, htilde):
-    """htilde [..., H] -> logits [..., V] (the softmax layer)."""
+    """htilde [..., R] -> logits [..., V] (the softmax layer)."""
     return self.decoder.logits(htilde)
 
   def token_table(self):

@@ -31,6 +31,7 @@ import jax
 import jax.numpy as jnp
 
 from nmt_jax import attention
+from nmt_jax import lstm
 from nmt_jax import models
 from nmt_jax import precision
 from nmt_jax.vocab import PAD
@@ -61,7 +62,7 @@ class Single:
     """(params in the compute dtype, the token table {name: [V, ...]} or None)."""
     params = precision.compute_params(self.model.config, params)
     vocab = self.model.target_vocab_size
-    if gate_table == 'on' or (gate_table == 'auto' and vocab < lookups):
+    if lstm.table_pays(gate_table, vocab, lookups):
       table = self.model.apply(
           {'params': params}, method=models.Seq2Seq.token_table
       )

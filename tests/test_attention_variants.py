@@ -53,7 +53,9 @@ def _inputs(seed=0):
   return memory, query, prev, inputs, t
 
 
-def _run_module(kind, seed=0, state=None, train=False, **attention_config):
+def _run_module(
+    kind, seed=0, state=None, train=False, lengths=LENGTHS, **attention_config
+):
   config = default_config.get_config('tiny').model.attention
   config.kind, config.score = kind, 'general'
   for key, value in attention_config.items():
@@ -70,10 +72,10 @@ def _run_module(kind, seed=0, state=None, train=False, **attention_config):
     st = mdl.initial_state(cache) if state is None else state
     return mdl(query, cache, st, step, with_weights=True, train=train)
 
-  params = module.init(jax.random.key(seed), memory, LENGTHS, query, method=run)
+  params = module.init(jax.random.key(seed), memory, lengths, query, method=run)
   # sharper than init
   params = jax.tree_util.tree_map(lambda x: x * 1.5, params)
-  out = module.apply(params, memory, LENGTHS, query, method=run)
+  out = module.apply(params, memory, lengths, query, method=run)
   return out, params.get('params', {}), (memory, query, prev, inputs, t), module
 
 
@@ -227,6 +229,20 @@ def test_flexible_kept_interval_is_the_closed_form():
   )
   np.testing.assert_array_equal(first, [3, 4])
   np.testing.assert_array_equal(last, [3, 4])
+
+
+@pytest.mark.parametrize('tau', [0.3, 5.0])
+def test_flexible_keeps_nothing_of_an_empty_source(tau):
+  """A batch's padding row (no source): a zero context, as in every kind
+  (its window was position -1, read as position 0)."""
+  lengths = np.array([9, 0, 5, 1])
+  (context, _, diagnostics), *_ = _run_module(
+      'flexible', tau=tau, lengths=lengths
+  )
+  assert float(diagnostics['window'][1]) == 0
+  assert not np.any(np.asarray(diagnostics['weights'][1]))
+  assert not np.any(np.asarray(context[1]))
+  assert np.all(np.asarray(diagnostics['window'])[[0, 2, 3]] >= 1)
 
 
 def test_flexible_training_ignores_tau():

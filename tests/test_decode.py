@@ -161,29 +161,30 @@ def test_the_token_table_decodes_as_the_projections(k, kind, readout):
 
 @pytest.mark.parametrize('k', [1, 3])
 def test_decoding_does_not_depend_on_batch_size(k):
+  """Nor do the recorded diagnostics: zeros after a row's EOS in both searches
+  (greedy recorded the steps a finished row went on running in a batch)."""
   _, model, params = _setup()
   source = _sources(seed=1, batch=5)
-  full = (
-      _greedy(model, params, source)
-      if k == 1
-      else _beam(model, params, source, k, 0.6)
+  search = functools.partial(
+      _greedy if k == 1 else functools.partial(_beam, k=k, alpha=0.6),
+      model,
+      params,
+      with_diagnostics=True,
   )
+  full = search(source)
   for row in range(source.shape[0]):
-    alone = source[row : row + 1]
-    one = (
-        _greedy(model, params, alone)
-        if k == 1
-        else _beam(model, params, alone, k, 0.6)
-    )
+    one = search(source[row : row + 1])
     assert _strip(one.tokens[0]) == _strip(full.tokens[row])
     np.testing.assert_allclose(one.scores[0], full.scores[row], rtol=1e-5)
+    for name in ('window', 'weights'):
+      np.testing.assert_allclose(
+          one.diagnostics[name][0], full.diagnostics[name][row], atol=1e-6
+      )
+    steps = len(_strip(full.tokens[row]))
+    assert not np.any(np.asarray(full.diagnostics['window'][row, steps:]))
   # ... nor on extra source padding.
   padded = np.pad(source, ((0, 0), (0, 3)))
-  more = (
-      _greedy(model, params, padded)
-      if k == 1
-      else _beam(model, params, padded, k, 0.6)
-  )
+  more = search(padded)
   for a, b in zip(more.tokens, full.tokens):
     assert _strip(a) == _strip(b)
 

@@ -132,6 +132,32 @@ def test_gradients_are_finite_and_reach_every_parameter(bridge, bidirectional):
     assert np.any(g != 0), f'no gradient reaches {jax.tree_util.keystr(path)}'
 
 
+def test_the_bridge_lines_up_the_top_layers():
+  """With fewer decoder layers, the decoder starts from the encoder's top
+  layers (it started from the bottom ones and never read the top)."""
+  lined_up = lambda enc, dec: [
+      models.bridged_layer(i, enc, dec) for i in range(dec)
+  ]
+  assert lined_up(2, 2) == [0, 1]
+  assert lined_up(4, 2) == [2, 3]
+  assert lined_up(2, 3) == [0, 0, 1]
+  config = helpers.tiny_config(num_encoder_layers=2, num_decoder_layers=1)
+  model = helpers.make_model(config)
+  params = helpers.init_params(model)
+  source = helpers.random_batch(np.random.default_rng(0), 2, 5, 5)[0]
+  encode = lambda p: model.apply(
+      {'params': p}, source, method=models.Seq2Seq.encode
+  )[1]
+  moved = jax.tree_util.tree_map(lambda x: x, params)
+  moved['encoder']['layer_1'] = jax.tree_util.tree_map(
+      lambda x: x + 0.5, params['encoder']['layer_1']
+  )
+  c, h = encode(params).lstm[0]
+  c_moved, h_moved = encode(moved).lstm[0]
+  assert np.abs(np.asarray(h_moved) - np.asarray(h)).max() > 1e-3
+  assert np.abs(np.asarray(c_moved) - np.asarray(c)).max() > 1e-3
+
+
 # Parameter paths are the checkpoint format: a workdir trained before a
 # refactoring must still restore after it.
 SHARED_PARAMS = {

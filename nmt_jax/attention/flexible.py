@@ -109,9 +109,12 @@ class FlexibleAttention(content.ContentAttention):
     first = jnp.maximum(jnp.floor(previous - radius) + 1, 0).astype(jnp.int32)
     last = jnp.minimum(jnp.ceil(previous + radius) - 1, lengths - 1)
     last = last.astype(jnp.int32)
-    nearest = jnp.clip(jnp.round(previous), 0, lengths - 1).astype(jnp.int32)
+    nearest = jnp.clip(jnp.round(previous), 0, jnp.maximum(lengths - 1, 0))
+    nearest = nearest.astype(jnp.int32)
     empty = last < first
-    return jnp.where(empty, nearest, first), jnp.where(empty, nearest, last)
+    first = jnp.where(empty, nearest, first)
+    # A row without a source (a batch's padding row) keeps nothing.
+    return first, jnp.where(lengths > 0, jnp.where(empty, nearest, last), -1)
 
   def penalty(self, g, previous, positions):
     distance = positions - previous[:, None]
