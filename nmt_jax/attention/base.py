@@ -139,9 +139,14 @@ def grouped_matmul(weights, values):
   return out.reshape(weights.shape[0], -1)
 
 
+def length_mask(lengths, length: int):
+  """lengths [B] -> [B, length] bool, True at a sentence's positions."""
+  return jnp.arange(length)[None, :] < lengths[:, None]
+
+
 def source_cache(memory, lengths) -> Cache:
   """The part of every cache describing the source: memory, mask, lengths."""
-  mask = jnp.arange(memory.shape[1])[None, :] < lengths[:, None]  # [B, S]
+  mask = length_mask(lengths, memory.shape[1])  # [B, S]
   return {'memory': memory, 'mask': mask, 'lengths': lengths}
 
 

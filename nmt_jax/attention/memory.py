@@ -46,7 +46,7 @@ def position_encoding(
   if mode == 'unnormalized':
     return table
   # [B, S, 1]
-  mask = (jnp.arange(length)[None, :] < lengths[:, None])[..., None]
+  mask = base.length_mask(lengths, length)[..., None]
   table = jnp.where(mask, table, 0.0)
   table = table / jnp.maximum(table.sum(1, keepdims=True), 1e-9)
   if mode == 'renorm_mean1':
@@ -83,7 +83,7 @@ class MemoryAttention(base.Attention):
     cfg = self.config
     length = memory.shape[1]
     # [B, S, 1]
-    mask = (jnp.arange(length)[None, :] < lengths[:, None])[..., None]
+    mask = base.length_mask(lengths, length)[..., None]
     logits = self.encoder_scores(memory)  # [B, S, K]
     if cfg.position_encoding != 'none':
       logits = logits * position_encoding(
