@@ -8,11 +8,11 @@ trained workdir with --mode=eval --config.model.attention.tau=1.2.
   python -m nmt_jax.main --config=configs/flexible.py:shu_de_en --workdir=runs/flexible_de_en
 """
 
-from nmt_jax import default_config
+from nmt_jax.config import defaults
 
 
 def get_config(arg=None):
-  config = default_config.get_config(arg)
+  config = defaults.get_config(arg)
   config.model.attention.kind = 'flexible'
   # RNNsearch (Bahdanau): score h_{t-1} with the additive score.
   config.model.query = 'previous'

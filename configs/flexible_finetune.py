@@ -16,11 +16,11 @@ N steps instead; `--config.train.beta_normalization=token` uses the earlier
 mean-token objective (beta weighs ~mean target length times more).
 """
 
-from nmt_jax import default_config
+from nmt_jax.config import defaults
 
 
 def get_config(arg=None):
-  config = default_config.sibling_config(__file__, 'flexible', arg)
+  config = defaults.sibling_config(__file__, 'flexible', arg)
   config.train.beta = 0.1
   config.train.beta_normalization = 'sentence'
   config.train.num_epochs = 1.0

@@ -4,11 +4,11 @@ python -m nmt_jax.main --config=configs/global_general.py --workdir=runs/global_
 python -m nmt_jax.main --config=configs/global_general.py:copy200 --workdir=runs/global_general_copy200
 """
 
-from nmt_jax import default_config
+from nmt_jax.config import defaults
 
 
 def get_config(arg=None):
-  config = default_config.get_config(arg)
+  config = defaults.get_config(arg)
   config.model.attention.kind = 'global'
   config.model.attention.score = 'general'
   return config

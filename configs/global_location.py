@@ -4,11 +4,11 @@ python -m nmt_jax.main --config=configs/global_location.py --workdir=runs/global
 python -m nmt_jax.main --config=configs/global_location.py:copy200 --workdir=runs/global_location_copy200
 """
 
-from nmt_jax import default_config
+from nmt_jax.config import defaults
 
 
 def get_config(arg=None):
-  config = default_config.get_config(arg)
+  config = defaults.get_config(arg)
   config.model.attention.kind = 'global'
   config.model.attention.score = 'location'
   return config

@@ -4,10 +4,10 @@ python -m nmt_jax.main --config=configs/local_m.py --workdir=runs/local_m
 python -m nmt_jax.main --config=configs/local_m.py:copy200 --workdir=runs/local_m_copy200
 """
 
-from nmt_jax import default_config
+from nmt_jax.config import defaults
 
 
 def get_config(arg=None):
-  config = default_config.get_config(arg)
+  config = defaults.get_config(arg)
   config.model.attention.kind = 'local_m'
   return config

@@ -4,10 +4,10 @@ python -m nmt_jax.main --config=configs/local_p.py --workdir=runs/local_p
 python -m nmt_jax.main --config=configs/local_p.py:copy200 --workdir=runs/local_p_copy200
 """
 
-from nmt_jax import default_config
+from nmt_jax.config import defaults
 
 
 def get_config(arg=None):
-  config = default_config.get_config(arg)
+  config = defaults.get_config(arg)
   config.model.attention.kind = 'local_p'
   return config

@@ -6,11 +6,11 @@ The README's main command. memory_k32.py and memory_k64_pe.py build on this file
   python -m nmt_jax.main --config=configs/memory_k64.py:copy200 --workdir=runs/memory_k64_copy200
 """
 
-from nmt_jax import default_config
+from nmt_jax.config import defaults
 
 
 def get_config(arg=None):
-  config = default_config.get_config(arg)
+  config = defaults.get_config(arg)
   config.model.attention.kind = 'memory'
   # Britz et al. report the best scoring combination per task. Softmax over time
   # for each slot (neulab/xnmt's reading) learns the copy task far faster than

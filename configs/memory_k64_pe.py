@@ -10,10 +10,10 @@ on the copy task (L = 50, 2k steps: 57 vs 98 without PE); 'renorm_mean1' and
   python -m nmt_jax.main --config=configs/memory_k64_pe.py:copy200 --workdir=runs/memory_k64_pe_copy200
 """
 
-from nmt_jax import default_config
+from nmt_jax.config import defaults
 
 
 def get_config(arg=None):
-  config = default_config.sibling_config(__file__, 'memory_k64', arg)
+  config = defaults.sibling_config(__file__, 'memory_k64', arg)
   config.model.attention.position_encoding = 'renorm'
   return config

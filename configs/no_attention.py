@@ -4,11 +4,11 @@ python -m nmt_jax.main --config=configs/no_attention.py --workdir=runs/no_attent
 python -m nmt_jax.main --config=configs/no_attention.py:copy200 --workdir=runs/no_attention_copy200
 """
 
-from nmt_jax import default_config
+from nmt_jax.config import defaults
 
 
 def get_config(arg=None):
-  config = default_config.get_config(arg)
+  config = defaults.get_config(arg)
   config.model.attention.kind = 'none'
   # Without a context there is no W_c [c_t; h_t] for a preset's readout layer
   # (shu_de_en's 600 units) to size: it becomes a tanh layer on h_t instead.

@@ -23,13 +23,13 @@ from absl import logging
 import jax
 import numpy as np
 
-from nmt_jax import checkpoint
-from nmt_jax import errors
-from nmt_jax import locks
-from nmt_jax import parallel
-from nmt_jax import run_config
-from nmt_jax import workdirs
-from nmt_jax import writers
+from nmt_jax.system import errors
+from nmt_jax.system import parallel
+from nmt_jax.workdir import checkpoint
+from nmt_jax.workdir import folders
+from nmt_jax.workdir import locks
+from nmt_jax.workdir import run_config
+from nmt_jax.workdir import writers
 
 _WORKDIR = flags.DEFINE_string('workdir', None, 'The trained workdir.')
 _OUTPUT = flags.DEFINE_string(
@@ -194,7 +194,7 @@ def average_checkpoints(
   meta = {k: v for k, v in meta.items() if k != 'checksums'}
   meta.update(validation={}, averaged_from=os.path.abspath(workdir))
   meta['averaged_steps'] = steps
-  created = workdirs.prepare(output)
+  created = folders.prepare(output)
   try:
     with locks.locked(output):
       for name in ('config.json', 'vocab'):
@@ -212,9 +212,7 @@ def average_checkpoints(
     if created:
       shutil.rmtree(output, ignore_errors=True)
       # The empty folders made for it (another average may use the others).
-      workdirs.remove_if_empty(
-          os.path.dirname(os.path.abspath(output)), created
-      )
+      folders.remove_if_empty(os.path.dirname(os.path.abspath(output)), created)
     raise
   logging.info(
       'averaged steps %s of %s into %s (step %d)',

@@ -12,15 +12,16 @@ from absl import logging
 import jax
 import numpy as np
 
-from nmt_jax import evaluation
-from nmt_jax import locks
-from nmt_jax import outputs
-from nmt_jax import profiling
-from nmt_jax import validation
-from nmt_jax import workdirs
-from nmt_jax import writers
+from nmt_jax.config import validation
 from nmt_jax.data import dataset
-from nmt_jax.errors import ConfigError
+from nmt_jax.decoding import evaluation
+from nmt_jax.decoding import outputs
+from nmt_jax.decoding import restore
+from nmt_jax.system import profiling
+from nmt_jax.system.errors import ConfigError
+from nmt_jax.workdir import folders
+from nmt_jax.workdir import locks
+from nmt_jax.workdir import writers
 
 
 def _texts(config, task, decoded, split, k_best: int):
@@ -103,7 +104,7 @@ def evaluate(
         ' replace its own; give the ensemble a folder of its own'
     )
   target = output or paths[0]
-  created = workdirs.prepare(target)  # writable: fail now, not after decoding
+  created = folders.prepare(target)  # writable: fail now, not after decoding
   try:
     # Locked before restoring: a restore sets damaged checkpoints aside, which
     # must not happen under a run that is writing there.
@@ -111,7 +112,7 @@ def evaluate(
       result, rows, step = _evaluate_locked(config, paths, target)
   except BaseException:
     if created:
-      workdirs.remove_if_empty(target, created)  # nothing left by a failure
+      folders.remove_if_empty(target, created)  # nothing left by a failure
     raise
   logging.info(
       'evaluation of %s (beam %d): BLEU %.2f | chrF %.2f | RIBES %.4f | '
@@ -130,7 +131,7 @@ def evaluate(
 
 def _evaluate_locked(config, paths: Sequence[str], target: str):
   """evaluate()'s work once `target` is locked -> (result, rows, step)."""
-  task, scorer, mesh, params, checkpoint_steps = workdirs.restore_scorer(
+  task, scorer, mesh, params, checkpoint_steps = restore.restore_scorer(
       config, paths
   )
   evaluator = evaluation.Evaluator(config, scorer, task, mesh)
@@ -206,7 +207,7 @@ def translate(config, paths: Sequence[str], lines) -> List[str]:
         'translate got no input sentences; pass --input=FILE or pipe text '
         'on stdin'
     )
-  task, scorer, mesh, params, _ = workdirs.restore_scorer(
+  task, scorer, mesh, params, _ = restore.restore_scorer(
       config, paths, corpus=False
   )
   split = dataset.sentences_split(
@@ -242,7 +243,7 @@ def score(config, paths: Sequence[str], pairs) -> List[str]:
         'score got no sentence pairs; give --source=FILE --target=FILE or'
         ' tab-separated pairs on stdin'
     )
-  task, scorer, mesh, params, _ = workdirs.restore_scorer(
+  task, scorer, mesh, params, _ = restore.restore_scorer(
       config, paths, corpus=False
   )
   numbers = [number for number, _, _ in pairs]

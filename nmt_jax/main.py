@@ -28,15 +28,15 @@ from absl import logging
 import jax
 from ml_collections import config_flags
 
-from nmt_jax import cli_flags
-from nmt_jax import compile_cache
-from nmt_jax import compiler_options
-from nmt_jax import errors
 from nmt_jax import inference
-from nmt_jax import parallel
-from nmt_jax import preemption
 from nmt_jax import train
-from nmt_jax import writers
+from nmt_jax.config import compiler_options
+from nmt_jax.system import cli_flags
+from nmt_jax.system import compile_cache
+from nmt_jax.system import errors
+from nmt_jax.system import parallel
+from nmt_jax.training import preemption
+from nmt_jax.workdir import writers
 
 _CONFIG = config_flags.DEFINE_config_file(
     'config', None, 'Experiment config file.', lock_config=True
@@ -324,7 +324,7 @@ def main(argv):
     if jax.process_count() == 1 or _MODE.value != 'train':
       # SIGTERM stops like Ctrl-C (the training loop saves a checkpoint
       # first). Multi-process training leaves it to JAX's preemption service
-      # until its loop ends (nmt_jax/preemption.py).
+      # until its loop ends (nmt_jax/training/preemption.py).
       preemption.interrupt_on_sigterm()
     run(config, _WORKDIR.value, _MODE.value, stdout)
   except errors.UserError as e:

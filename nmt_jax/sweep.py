@@ -40,12 +40,12 @@ from absl import flags
 from absl import logging
 from ml_collections import config_flags
 
-from nmt_jax import cli_flags
-from nmt_jax import compile_cache
-from nmt_jax import errors
-from nmt_jax.tools import runs as runs_lib
-from nmt_jax.tools import sweep
-from nmt_jax.tools import tau_sweep
+from nmt_jax.analysis import runs as runs_lib
+from nmt_jax.analysis import sweep_runs
+from nmt_jax.analysis import tau_sweep
+from nmt_jax.system import cli_flags
+from nmt_jax.system import compile_cache
+from nmt_jax.system import errors
 
 COMMANDS = ('run', 'aggregate', 'tau')
 
@@ -131,7 +131,7 @@ _BEAM = flags.DEFINE_integer(
 
 
 def _common_overrides() -> Dict[str, object]:
-  return dict(sweep.parse_assignment(text, 'set') for text in _SET.value)
+  return dict(sweep_runs.parse_assignment(text, 'set') for text in _SET.value)
 
 
 def main(argv):
@@ -161,21 +161,23 @@ def main(argv):
             ' --grid (override fields of every run with --set=field=value)'
         )
       if _SWEEP.value:
-        runs = sweep.load_sweep(_SWEEP.value, _common_overrides())
+        runs = sweep_runs.load_sweep(_SWEEP.value, _common_overrides())
       else:
         flag = flags.FLAGS['config']
         config_arg = config_flags.get_config_filename(flag)
         overrides = {
             k: v for k, v in config_flags.get_override_values(flag).items()
         }
-        runs = sweep.grid_runs(
+        runs = sweep_runs.grid_runs(
             config_arg, _GRID.value, {**overrides, **_common_overrides()}
         )
       if _ONLY.value:
-        runs = sweep.select_runs(runs, _ONLY.value)
-      runs = sweep.shard(runs, _SHARD.value)
-      sweep.check_overrides(runs)
-      failed = sweep.run_sweep(runs, _ROOT.value, _DRY_RUN.value, _MODE.value)
+        runs = sweep_runs.select_runs(runs, _ONLY.value)
+      runs = sweep_runs.shard(runs, _SHARD.value)
+      sweep_runs.check_overrides(runs)
+      failed = sweep_runs.run_sweep(
+          runs, _ROOT.value, _DRY_RUN.value, _MODE.value
+      )
       if failed:
         print(
             f'error: {len(failed)} of {len(runs)} runs failed:'
@@ -230,7 +232,7 @@ def main(argv):
         with open(_MARKDOWN.value, 'w', encoding='utf-8') as f:
           f.write(table + '\n')
       if _PLOTS.value:
-        for path in sweep.write_plots(
+        for path in sweep_runs.write_plots(
             workdirs, rows, _PLOTS.value, _ROOT.value
         ):
           logging.info('wrote %s', path)
@@ -250,7 +252,7 @@ def main(argv):
   except errors.UserError as e:
     print(f'error: {e}', file=sys.stderr)
     sys.exit(2)
-  except sweep.SweepInterrupted as e:
+  except sweep_runs.SweepInterrupted as e:
     print(f'error: stopped by {e}', file=sys.stderr)
     sys.exit(e.status)
   except KeyboardInterrupt:

@@ -16,28 +16,29 @@ from typing import Any, Callable, Dict
 from absl import logging
 import jax
 
-from nmt_jax import allocator
-from nmt_jax import checkpoint
-from nmt_jax import compiler_options
 from nmt_jax import data
-from nmt_jax import errors
-from nmt_jax import evaluation
 from nmt_jax import inference
-from nmt_jax import locks
-from nmt_jax import parallel
-from nmt_jax import plateau as plateau_lib
-from nmt_jax import preemption
-from nmt_jax import profiling
-from nmt_jax import progress as progress_lib
-from nmt_jax import resume
-from nmt_jax import run_config
-from nmt_jax import steps
-from nmt_jax import validation
-from nmt_jax import workdirs
-from nmt_jax import writers
+from nmt_jax.config import compiler_options
+from nmt_jax.config import validation
 from nmt_jax.data import batching
 from nmt_jax.data import dataset
-from nmt_jax.errors import Preempted
+from nmt_jax.decoding import evaluation
+from nmt_jax.model import seq2seq
+from nmt_jax.system import allocator
+from nmt_jax.system import errors
+from nmt_jax.system import parallel
+from nmt_jax.system import profiling
+from nmt_jax.system.errors import Preempted
+from nmt_jax.training import plateau as plateau_lib
+from nmt_jax.training import preemption
+from nmt_jax.training import progress as progress_lib
+from nmt_jax.training import steps
+from nmt_jax.workdir import checkpoint
+from nmt_jax.workdir import folders
+from nmt_jax.workdir import locks
+from nmt_jax.workdir import resume
+from nmt_jax.workdir import run_config
+from nmt_jax.workdir import writers
 
 
 @dataclasses.dataclass
@@ -118,7 +119,7 @@ def build(config, workdir=None, mesh=None) -> Setup:
   )
   batches = batching.training_batches(task, config, mesh.devices.size)
   config = with_epochs(config, batches.num_batches)
-  model = steps.create_model(config, task)
+  model = seq2seq.create_model(config, task)
   optimizer, schedule = steps.create_optimizer(
       config.train, batches.num_batches
   )
@@ -147,12 +148,12 @@ def prepare(config, workdir: str) -> dataset.Task:
     data.prepare_corpus(config.data)
     return data.load_task(config.data, config.seed, workdir, True)
 
-  created = workdirs.prepare(workdir)
+  created = folders.prepare(workdir)
   try:
     task = parallel.process_0_first(prepare_and_load, 'preparing the data')
   except BaseException:
     if created:
-      workdirs.remove_if_empty(workdir, created)  # a failed download: nothing
+      folders.remove_if_empty(workdir, created)  # a failed download: nothing
     raise
   splits = [('train', task.train), ('validation', task.eval)]
   if task.test is not None:
@@ -181,13 +182,13 @@ def train_and_evaluate(config, workdir: str) -> Dict[str, Any]:
         f' ({os.path.join(workdir, "checkpoints", "corrupt")}); train in a'
         ' new --workdir, or delete that folder to train this one from scratch'
     )
-  created = workdirs.prepare(workdir)
+  created = folders.prepare(workdir)
   try:
     with locks.locked(workdir):
       return _train_and_evaluate(config, workdir, mesh)
   except BaseException:
     if created:
-      workdirs.remove_if_empty(workdir, created)  # nothing left by a failure
+      folders.remove_if_empty(workdir, created)  # nothing left by a failure
     raise
 
 
@@ -242,7 +243,7 @@ def _train_and_evaluate(config, workdir: str, mesh) -> Dict[str, Any]:
       )
       logging.info('resuming from step %d', start)
     elif t.init_from:
-      params, from_step = workdirs.load_params_from(
+      params, from_step = checkpoint.load_params_from(
           t.init_from, config, checkpoint.abstract(state.params), mesh, task
       )
       opt_state = jax.jit(setup.optimizer.init)(params)
@@ -353,7 +354,7 @@ def _train_and_evaluate(config, workdir: str, mesh) -> Dict[str, Any]:
             logging.info('stopping early: %s', plateau.describe())
             save = True
       if save:
-        meta = workdirs.checkpoint_meta(
+        meta = checkpoint.checkpoint_meta(
             config, task, done, result and evaluation.scalars(result)
         )
         meta['divergence'] = progress.divergence_state()

@@ -5,18 +5,35 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from nmt_jax import default_config
-from nmt_jax import models
-from nmt_jax import validation
-from nmt_jax.vocab import BOS
-from nmt_jax.vocab import EOS
-from nmt_jax.vocab import PAD
+from nmt_jax.config import defaults
+from nmt_jax.config import validation
+from nmt_jax.data.vocab import BOS
+from nmt_jax.data.vocab import EOS
+from nmt_jax.data.vocab import PAD
+from nmt_jax.model import seq2seq
 
 VOCAB = 10  # 4 reserved ids + 6 symbols, as the 'tiny' preset
+# Decoders the model-level tests run: (kind, score, query, model fields).
+MAXOUT = (('readout', 'bahdanau_maxout'),)
+VARIANTS = [
+    ('none', 'dot', 'current', ()),
+    ('global', 'dot', 'current', ()),
+    ('global', 'general', 'current', ()),
+    ('global', 'concat', 'previous', ()),
+    ('global', 'location', 'current', ()),
+    ('global', 'general', 'previous', ()),
+    ('global', 'concat', 'previous', MAXOUT),
+    ('none', 'dot', 'current', MAXOUT),
+    # input feeding of a readout narrower than the LSTM
+    ('global', 'general', 'current', (('readout_size', 6),)),
+    # the rnnsearch preset's decoder
+    ('global', 'concat', 'previous', (('input_feeding', False),)),
+    ('global', 'general', 'current', (('tie_embeddings', True),)),
+]
 
 
 def tiny_config(kind='global', score='general', **model):
-  config = default_config.get_config('tiny')
+  config = defaults.get_config('tiny')
   config.model.attention.kind = kind
   config.model.attention.score = score
   for key, value in model.items():
@@ -25,7 +42,7 @@ def tiny_config(kind='global', score='general', **model):
 
 
 def make_model(config):
-  return models.Seq2Seq(config.model, VOCAB, VOCAB)
+  return seq2seq.Seq2Seq(config.model, VOCAB, VOCAB)
 
 
 def init_params(model, seed=0, length=6):

@@ -17,11 +17,11 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import jax  # pylint: disable=g-import-not-at-top
 import numpy as np  # pylint: disable=g-import-not-at-top
 
-from nmt_jax import checkpoint  # pylint: disable=g-import-not-at-top
-from nmt_jax import default_config  # pylint: disable=g-import-not-at-top
-from nmt_jax import parallel  # pylint: disable=g-import-not-at-top
 from nmt_jax import train  # pylint: disable=g-import-not-at-top
-from nmt_jax import validation  # pylint: disable=g-import-not-at-top
+from nmt_jax.config import defaults  # pylint: disable=g-import-not-at-top
+from nmt_jax.config import validation  # pylint: disable=g-import-not-at-top
+from nmt_jax.system import parallel  # pylint: disable=g-import-not-at-top
+from nmt_jax.workdir import checkpoint  # pylint: disable=g-import-not-at-top
 
 
 def main():
@@ -35,7 +35,7 @@ def main():
   parser.add_argument('--no_dropout', action='store_true')
   args = parser.parse_args()
 
-  config = default_config.get_config('tiny')
+  config = defaults.get_config('tiny')
   config.parallel.mode = args.mode
   config.model.dropout = 0.0 if args.no_dropout else 0.2
   setup = train.build(validation.resolve(config))

@@ -1,6 +1,5 @@
 """The command line end to end: train -> eval -> translate, resume after SIGKILL, bad input."""
 
-import hashlib
 import json
 import os
 import re
@@ -13,70 +12,16 @@ import time
 import numpy as np
 import pytest
 
-from nmt_jax import cli_flags
+from nmt_jax.system import cli_flags
 from tests import conftest
+from tests.commands import CONFIG
+from tests.commands import QUICK
+from tests.commands import final_params
+from tests.commands import nmt
+from tests.commands import snapshot
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-CONFIG = 'configs/global_general.py:tiny'
-# Small and quick: greedy final evaluation, a few validation sentences.
-QUICK = ['--config.decode.beam_size=1', '--config.train.eval_num_sentences=8']
-
+ROOT = conftest.ROOT
 pytestmark = pytest.mark.slow
-
-
-def nmt(*args, check=True, input_text=None, timeout=600):
-  return conftest.run_module(
-      'nmt_jax.main', *args, check=check, input_text=input_text, timeout=timeout
-  )
-
-
-def snapshot(workdir):
-  """{relative path: sha256} of every file under workdir."""
-  digest = {}
-  for base, _, files in os.walk(workdir):
-    for name in files:
-      path = os.path.join(base, name)
-      with open(path, 'rb') as f:
-        digest[os.path.relpath(path, workdir)] = hashlib.sha256(
-            f.read()
-        ).hexdigest()
-  return digest
-
-
-def wait_until(condition, processes, timeout=300):
-  """Polls `condition()`; fails if a process ends first or time runs out."""
-  deadline = time.time() + timeout
-  while not condition():
-    assert time.time() < deadline, 'timed out waiting'
-    assert all(p.poll() is None for p in processes), 'a process ended'
-    time.sleep(0.02)
-
-
-def final_params(workdir, step):
-  import jax  # pylint: disable=g-import-not-at-top
-
-  from nmt_jax import checkpoint  # pylint: disable=g-import-not-at-top
-
-  ckpts = checkpoint.Checkpoints(workdir, create=False)
-  try:
-    # Onto this process's first device, whatever device count wrote it.
-    sharding = jax.sharding.SingleDeviceSharding(jax.devices()[0])
-    target = jax.tree_util.tree_map(
-        lambda m: jax.ShapeDtypeStruct(m.shape, m.dtype, sharding=sharding),
-        ckpts.manager.item_metadata(step)['state'],
-    )
-    restored = ckpts.manager.restore(
-        step,
-        args=checkpoint.ocp.args.Composite(
-            state=checkpoint.ocp.args.StandardRestore(target)
-        ),
-    )
-  finally:
-    ckpts.close()
-  return {
-      jax.tree_util.keystr(p): np.asarray(v)
-      for p, v in jax.tree_util.tree_flatten_with_path(restored.state)[0]
-  }
 
 
 @pytest.fixture(scope='module')

@@ -16,20 +16,20 @@ import sys
 import numpy as np
 import pytest
 
+from benchmarks import op_times
 from nmt_jax import average
-from nmt_jax import default_config
-from nmt_jax import errors
-from nmt_jax import steps
-from nmt_jax import validation
-from nmt_jax import workdirs
-from nmt_jax import writers
+from nmt_jax.analysis import attention_maps
+from nmt_jax.config import defaults
+from nmt_jax.config import validation
 from nmt_jax.data import batching
 from nmt_jax.data import dataset
-from nmt_jax.tools import attention_maps
-from nmt_jax.tools import op_times
+from nmt_jax.decoding import restore
+from nmt_jax.system import errors
+from nmt_jax.training import steps
+from nmt_jax.workdir import writers
 from tests import conftest
-from tests.test_cli import final_params
-from tests.test_cli import nmt
+from tests.commands import final_params
+from tests.commands import nmt
 
 pytestmark = pytest.mark.slow
 
@@ -49,7 +49,7 @@ COPY = [
 
 
 def _copy_config(*overrides):
-  config = default_config.get_config('tiny')
+  config = defaults.get_config('tiny')
   config.model.attention.kind, config.model.attention.score = 'global', 'dot'
   for arg in COPY[1:] + list(overrides):
     field, value = arg[len('--config.') :].split('=')
@@ -160,7 +160,7 @@ def test_scores_equal_the_loss_and_read_files_or_pairs(copy_model, tmp_path):
   ).stdout.splitlines()
   assert len(from_files) == len(from_stdin) == 3
   config = validation.resolve(_copy_config())
-  task, model, _, params, _ = workdirs.restore_for_inference(config, copy_model)
+  task, model, _, params, _ = restore.restore_for_inference(config, copy_model)
   for (source, target), a, b in zip(pairs, from_files, from_stdin):
     total_a, mean_a, each_a = a.split('\t')
     total_b = b.split('\t')[0]
@@ -399,7 +399,7 @@ def test_unknown_words_are_replaced_from_the_source(tmp_path):
   # Target words only the 3 most frequent: the rest of the target is <unk>.
   args = [
       '--config=configs/global_general.py:tiny',
-      '--config.data.name=text:tests/data/numbers',
+      '--config.data.name=text:tests/corpora/numbers',
       '--config.data.max_length=12',
       '--config.data.vocab.kind=word',
       '--config.data.vocab.shared=false',
@@ -410,7 +410,7 @@ def test_unknown_words_are_replaced_from_the_source(tmp_path):
       '--config.decode.beam_size=1',
   ]
   nmt(*args, f'--workdir={workdir}')
-  sources = open('tests/data/numbers.dev.de').read().splitlines()[:12]
+  sources = open('tests/corpora/numbers.dev.de').read().splitlines()[:12]
   plain = nmt(
       *args,
       f'--workdir={workdir}',

@@ -54,7 +54,7 @@ import jax.numpy as jnp
 import ml_collections
 from ml_collections import config_dict
 
-from nmt_jax import errors
+from nmt_jax.system import errors
 
 Cache = Dict[str, jax.Array]
 State = Dict[str, jax.Array]

@@ -17,8 +17,8 @@ from typing import Dict, Type
 import flax.linen as nn
 import jax.numpy as jnp
 
-from nmt_jax import errors
 from nmt_jax.attention import base
+from nmt_jax.system import errors
 
 
 class Score(nn.Module):

@@ -28,9 +28,9 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from nmt_jax import errors
 from nmt_jax.attention import base
 from nmt_jax.attention import content
+from nmt_jax.system import errors
 
 
 class BlockDense(nn.Module):

@@ -20,9 +20,9 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from nmt_jax import errors
 from nmt_jax.attention import base
 from nmt_jax.attention import content
+from nmt_jax.system import errors
 
 WINDOW_FIELD = {
     # Half window D (the window has 2D + 1 positions).

@@ -18,8 +18,8 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from nmt_jax import errors
 from nmt_jax.attention import base
+from nmt_jax.system import errors
 
 ENCODER_SCORINGS = ('softmax_slots', 'softmax_time', 'sigmoid')
 DECODER_SCORINGS = ('softmax', 'sigmoid')

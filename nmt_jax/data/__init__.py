@@ -1,5 +1,6 @@
 """The data layer: tasks (splits of id sequences) and their batches.
 
+  vocab.py        word, character and SentencePiece vocabularies; PAD, BOS, EOS, UNK
   dataset.py      Ragged, Split, Task: what a task is
   embedded.py     copy and chunk_reverse, generated from the seed
   text.py         text:<prefix> parallel text files
@@ -19,7 +20,7 @@ from nmt_jax.data import embedded
 from nmt_jax.data import encoding
 from nmt_jax.data import text
 from nmt_jax.data import tfds_corpus
-from nmt_jax.errors import DataError
+from nmt_jax.system.errors import DataError
 
 
 def load_task(

@@ -14,11 +14,11 @@ from absl import logging
 import grain
 import numpy as np
 
-from nmt_jax import errors
-from nmt_jax import vocab as vocab_lib
 from nmt_jax.data import dataset
-from nmt_jax.vocab import BOS
-from nmt_jax.vocab import EOS
+from nmt_jax.data import vocab as vocab_lib
+from nmt_jax.data.vocab import BOS
+from nmt_jax.data.vocab import EOS
+from nmt_jax.system import errors
 
 Batch = Dict[str, np.ndarray]
 

@@ -10,8 +10,8 @@ from typing import List, Optional, Sequence
 
 import numpy as np
 
-from nmt_jax import vocab as vocab_lib
-from nmt_jax.vocab import EOS
+from nmt_jax.data import vocab as vocab_lib
+from nmt_jax.data.vocab import EOS
 
 
 class Ragged(collections.abc.Sequence):

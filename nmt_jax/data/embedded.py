@@ -11,9 +11,9 @@ from typing import List, Tuple
 
 import numpy as np
 
-from nmt_jax import vocab as vocab_lib
 from nmt_jax.data import dataset
-from nmt_jax.vocab import EOS
+from nmt_jax.data import vocab as vocab_lib
+from nmt_jax.data.vocab import EOS
 
 NAMES = ('copy', 'chunk_reverse')
 

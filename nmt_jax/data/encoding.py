@@ -20,9 +20,9 @@ import uuid
 from absl import logging
 import numpy as np
 
-from nmt_jax import vocab as vocab_lib
 from nmt_jax.data import dataset
-from nmt_jax.errors import DataError
+from nmt_jax.data import vocab as vocab_lib
+from nmt_jax.system.errors import DataError
 
 CACHE_DIR = 'data_cache'
 CACHE_SPLITS = ('train', 'eval', 'test')

@@ -10,7 +10,7 @@ import os
 from typing import List, Optional, Tuple
 
 from nmt_jax.data import encoding
-from nmt_jax.errors import DataError
+from nmt_jax.system.errors import DataError
 
 SPLIT_FILES = {'train': 'train', 'eval': 'dev', 'test': 'test'}
 

@@ -13,7 +13,7 @@ from typing import Optional
 from absl import logging
 
 from nmt_jax.data import encoding
-from nmt_jax.errors import DataError
+from nmt_jax.system.errors import DataError
 
 # Builder -> module whose import registers it (without TensorFlow, `import
 # tensorflow_datasets` does not register the translate builders).

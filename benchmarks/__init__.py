@@ -1,0 +1,1 @@
+"""Speed and memory benchmarks; not installed with the package (README.md)."""

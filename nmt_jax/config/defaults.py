@@ -1,0 +1,321 @@
+"""Default hyperparameters shared by every file in `configs/`.
+
+A config file calls `get_config(arg)` and changes what its experiment needs:
+
+    from nmt_jax.config import defaults
+    def get_config(arg=None):
+      config = default_config.get_config(arg)
+      config.model.attention.kind = 'memory'
+      return config
+
+`arg` is the text after ':' in `--config=configs/x.py:ARG`. It names a preset:
+
+  ''/None      CPU-sized copy task (L = 20, 128 units): trains in minutes
+               on a laptop.
+  'copyN'      Britz et al. 2017 §4.1 copy setup at L = N (2-layer encoder,
+               bidirectional bottom layer, 2-layer decoder, 256 units, batch
+               128, Adam 1e-4, dropout 0.2, beam 10, up to 200k steps).
+  'chunk'      the chunk_reverse reordering task instead of copy.
+  'wmt17_de_en' Britz et al. 2017 §4.2 WMT'17 setup (512 units, BPE 16k,
+               batch 128, beam 10).
+  'shu_de_en'  Shu & Nakayama 2017 WMT'15 De-En setup (Bahdanau base model,
+               50k words, beam 20).
+  'luong_sgd'  Luong et al. 2015's recipe: SGD, lr 1.0 halved every epoch
+               after epoch 5, 10 epochs, clip 5, batch 128.
+  'tiny'       test-sized model (16 units, few steps) for the test suite.
+Presets compose with commas: `copy100,tiny`; only one of copyN, chunk,
+wmt17_de_en and shu_de_en chooses the data (copy50,chunk: the chunk task at
+L = 50). They change the defaults; the
+config file's own settings come after them and win (global_general.py:rnnsearch
+keeps the general score, memory_k64.py:tiny its 64 slots). The two real-corpus
+presets read TFDS data: run them once with --mode=prepare (downloads the
+corpus).
+"""
+
+import importlib.util
+import os
+
+import ml_collections
+
+from nmt_jax import attention
+from nmt_jax.config import presets
+
+# XLA's command buffers, loops included: on a GPU a search loop runs as one
+# CUDA graph instead of one kernel launch per op per step. Decoding x2.6 on an
+# H100, x2.8 greedy and x2.4 beam 10 on an H200 with the same texts; the
+# training step x0.5-0.7, so only the decoders get it. XLA:CPU ignores it.
+CUDA_GRAPHS = (
+    '--xla_gpu_enable_command_buffer='
+    'FUSION,CUBLAS,CUBLASLT,CUSTOM_CALL,CUDNN,CONDITIONAL,WHILE'
+)
+
+
+def get_config(arg=None):
+  """Returns the default config, with the presets named in `arg` applied."""
+  config = ml_collections.ConfigDict()
+  # One seed for parameters, dropout and data order.
+  config.seed = 0
+  # XLA options for every compiled step (training, scoring, decoding), written
+  # as in XLA_FLAGS: '--xla_name=value ...' (nmt_jax/config/compiler_options.py).
+  config.compiler_options = ''
+
+  # ---------------------------------------------------------------- data
+  config.data = ml_collections.ConfigDict()
+  # 'copy', 'chunk_reverse', 'tfds:<builder>/<config>' or 'text:<path prefix>'.
+  config.data.name = 'copy'
+  # Translation direction for real corpora (unused by the embedded tasks).
+  config.data.source_lang = 'de'
+  config.data.target_lang = 'en'
+  # Embedded tasks: longest sequence L; lengths are uniform in min_length..L.
+  # Real corpora: pairs with more tokens on a side are skipped (and counted).
+  config.data.max_length = 20
+  config.data.min_length = 1
+  # Number of distinct symbols of the embedded tasks (Britz: 20).
+  config.data.num_symbols = 20
+  # chunk_reverse: longest chunk (chunks have 1..chunk_size tokens).
+  config.data.chunk_size = 5
+  # Sizes of the embedded tasks' splits (Britz: 100,000 and 1,000).
+  config.data.num_train = 100_000
+  config.data.num_eval = 1_000
+  # Batches are padded to one of this many bucket lengths, so jit compiles
+  # one train step per bucket instead of one per batch.
+  config.data.num_buckets = 4
+  # Training bucket lengths: 'even' (evenly spaced up to the longest) or
+  # 'fitted' (the num_buckets lengths that pad the training split least,
+  # from its length histogram).
+  config.data.bucketing = 'even'
+  # Batch by tokens: each bucket's batches hold as many sentences as fit in
+  # this many padded tokens (a multiple of the device count).
+  # 0 = train.batch_size sentences.
+  config.data.batch_tokens = 0
+  # tfds: corpora: TFDS data_dir ('' = TFDS default) and manual_dir (files
+  # placed by hand).
+  config.data.tfds_data_dir = ''
+  config.data.tfds_manual_dir = ''
+  # Real corpora: vocabularies, built from the training split into
+  # <workdir>/vocab/.
+  config.data.vocab = ml_collections.ConfigDict()
+  # 'sentencepiece', 'word' (whitespace tokens, <unk> for the rest) or 'char'.
+  config.data.vocab.kind = 'sentencepiece'
+  # SentencePiece: pieces (Britz: 16k shared BPE);
+  # word/char: most frequent kept (0 = all).
+  config.data.vocab.size = 16_000
+  # Target side size when not shared (0 = data.vocab.size);
+  # Shu: 80k source, 40k target words.
+  config.data.vocab.target_size = 0
+  # One vocabulary for both sides, or one per side.
+  config.data.vocab.shared = True
+  # SentencePiece model: 'bpe' or 'unigram'.
+  config.data.vocab.model_type = 'bpe'
+  # word/char: tokens seen fewer times become <unk>.
+  config.data.vocab.min_count = 1
+  # Feed the source tokens in reverse order (Sutskever et al. 2014); EOS stays
+  # last. Alignments and attention maps are reported in the original order.
+  config.data.reverse_source = False
+
+  # ---------------------------------------------------------------- model
+  config.model = ml_collections.ConfigDict()
+  config.model.embed_size = 128
+  config.model.hidden_size = 128
+  config.model.num_encoder_layers = 2
+  config.model.num_decoder_layers = 2
+  # Which encoder layers are bidirectional: 'bottom', 'all' or 'none'. A
+  # bidirectional layer has hidden_size // 2 units per direction (OpenNMT's
+  # brnn), so every encoder layer outputs hidden_size features.
+  config.model.bidirectional = 'bottom'
+  # Dropout on every LSTM layer's input and on the attentional state.
+  config.model.dropout = 0.2
+  # Compute dtype: 'float32' or 'bfloat16' (mixed precision: parameters and
+  # optimizer state stay float32, the softmaxes and the loss run in float32).
+  config.model.dtype = 'float32'
+  # Speed switches, not part of the model's identity (docs/performance.md):
+  # Weight gradients of the LSTM kernels and W_c as a plain GEMM on an
+  # explicitly transposed input (XLA:CPU's fast path; same values).
+  config.model.explicit_weight_grads = True
+  # The decoder's per-step kernel gradients (LSTM stack, W_c) as one GEMM
+  # after its backward loop instead of one per step (nmt_jax/model/hoisting.py).
+  config.model.hoist_weight_grads = True
+  # General attention with one query per sentence (training, greedy search)
+  # scores (W_a^T h_t)^T hbar_s: each step reads the encoder states only,
+  # not the keys W_a hbar_s as well (nmt_jax/attention/content.py).
+  config.model.project_query = True
+  # The first LSTM layers' input gates E x W_x + b (the encoder's; the
+  # decoder's in teacher-forced passes) as rows of a per-word table [V, 4H]
+  # computed once per batch instead of a GEMM over every position. 'auto':
+  # when the vocabulary has fewer words than the batch has positions, never
+  # with dropout in training (it drops embeddings before W_x).
+  config.model.gate_table = 'auto'
+  # Time steps per iteration of the training loops (the encoder LSTMs' and
+  # the decoder's scans): fewer iterations, each with a fixed cost.
+  config.model.scan_unroll = 1
+  # Luong input feeding: htilde_{t-1} is concatenated to the decoder input.
+  config.model.input_feeding = True
+  # Attention query: 'current' (Luong, h_t) or 'previous' (Bahdanau, h_{t-1};
+  # the context then also feeds the LSTM input).
+  config.model.query = 'current'
+  # Decoder initial state: 'dense' (a linear map of the encoder's final
+  # states, tanh on h), 'copy' (same layer counts required) or 'zero'. The
+  # top layers line up: with fewer decoder than encoder layers the decoder
+  # starts from the encoder's top ones.
+  config.model.bridge = 'dense'
+  # The readout htilde_t before the softmax: 'luong' (tanh(W_c [c_t; h_t]),
+  # Luong's attentional state) or 'bahdanau_maxout' (Bahdanau's deep output:
+  # maxout over pairs of U_o q_t + V_o E y_{t-1} + C_o c_t, q_t the attention
+  # query); readout_size units (0 = hidden_size).
+  config.model.readout = 'luong'
+  config.model.readout_size = 0
+  # Optional extra tanh layer between htilde_t and the softmax. 0 = none.
+  config.model.output_hidden_size = 0
+  # The softmax layer reuses the target embeddings (W_s = E^T, one parameter);
+  # the layer before it must then have embed_size units.
+  config.model.tie_embeddings = False
+  # Initial forget-gate bias (flax's cells start at 0; 1 trains better).
+  config.model.forget_bias = 1.0
+
+  # The attention kind and the fields of every kind (each kind's module in
+  # nmt_jax/attention/ declares its fields, defaults and checks).
+  config.model.attention = attention.default_config()
+
+  # ---------------------------------------------------------------- training
+  config.train = ml_collections.ConfigDict()
+  config.train.num_steps = 2_000
+  config.train.batch_size = 64
+  # 'adam' or 'sgd' (plain SGD, as Luong et al. 2015; the luong_sgd preset).
+  config.train.optimizer = 'adam'
+  config.train.learning_rate = 3e-3
+  # 'constant', 'halve' (halve every epoch from epoch halve_from_epoch, as Shu)
+  # or 'warmup_rsqrt' (linear warmup, then lr * sqrt(warmup / step)).
+  config.train.schedule = 'constant'
+  config.train.halve_from_epoch = 4
+  config.train.warmup_steps = 0
+  # Global gradient-norm clipping (Luong 5, Shu 3).
+  config.train.clip_norm = 5.0
+  config.train.label_smoothing = 0.0
+  # Softmax and loss this many target positions at a time, never holding the
+  # [batch, length, vocabulary] logits at once (0 = all positions at once).
+  config.train.loss_chunk = 0
+  # The dropout masks' generator (parameter init always uses JAX's default).
+  config.train.dropout_rng = 'threefry2x32'
+  # Every N steps: log, validate (loss and BLEU), checkpoint (and a
+  # validation with a better BLEU than every saved checkpoint is saved too).
+  config.train.log_every = 50
+  config.train.eval_every = 500
+  config.train.checkpoint_every = 500
+  # Checkpoints to keep besides the best one (by validation BLEU).
+  config.train.keep_checkpoints = 2
+  # Validation BLEU during training decodes with this beam (1 = greedy) and
+  # on at most this many sentences (the final evaluation uses all of them).
+  config.train.eval_beam_size = 1
+  config.train.eval_num_sentences = 1_000
+  # Flexible attention fine-tuning rewards strong position penalties g(t):
+  # 'sentence' (Shu & Nakayama eq. 9): J = sum over sentences of
+  # (NLL - beta * mean_t g(t)), divided by the batch's target tokens like the
+  # NLL; 'token': J = mean-token NLL - beta * mean-token g(t) (beta then
+  # weighs ~mean target length times more). 0 = off.
+  config.train.beta = 0.0
+  config.train.beta_normalization = 'sentence'
+  # Train for this many epochs of the training split instead of num_steps
+  # (0 = use num_steps); fine-tuning sets 1.
+  config.train.num_epochs = 0.0
+  # Stop when the loss exceeds this multiple of its running mean and
+  # log(target vocabulary size), the loss of a uniform guess, for
+  # divergence_steps steps in a row (divergence; a NaN or inf loss always
+  # stops). 0 = only non-finite.
+  config.train.divergence_factor = 10.0
+  config.train.divergence_steps = 20
+  # On SIGTERM (preemption), save a checkpoint after the current step and stop
+  # within this many seconds (GCE/TPU preemption and SLURM's default KillWait
+  # allow 30 s).
+  config.train.sigterm_grace_seconds = 25.0
+  # Learning-rate decay on a validation plateau: after plateau_patience
+  # validations without a better plateau_metric ('bleu' or 'loss'), multiply
+  # the learning rate by plateau_decay (0 = off; e.g. 0.5), on top of the
+  # schedule.
+  config.train.plateau_decay = 0.0
+  config.train.plateau_patience = 2
+  config.train.plateau_metric = 'bleu'
+  # Early stopping: stop after this many validations without a better
+  # plateau_metric (0 = off); the best checkpoint is then evaluated.
+  config.train.early_stopping_patience = 0
+  # Profile training steps profile_from_step + 1 .. + profile_steps into
+  # <workdir>/profile (a jax.profiler trace: TensorBoard's profile tab or
+  # ui.perfetto.dev). 0 = off.
+  config.train.profile_steps = 0
+  config.train.profile_from_step = 10
+  # Start from the best checkpoint of another workdir (fine-tuning).
+  config.train.init_from = ''
+
+  # ---------------------------------------------------------------- decoding
+  config.decode = ml_collections.ConfigDict()
+  config.decode.beam_size = 5
+  # GNMT length penalty ((5 + len) / 6) ** alpha; 0 = raw log-probability.
+  config.decode.length_penalty = 0.6
+  # A hypothesis has at most ratio * source_length + offset tokens (incl. EOS).
+  config.decode.max_length_ratio = 2.0
+  config.decode.max_length_offset = 10
+  # Hypotheses per decoding batch: greedy search decodes batch_size
+  # sentences at a time, beam search batch_size // beam_size.
+  config.decode.batch_size = 256
+  # Decode each split this many times and report the fastest pass as
+  # decoding time (min over repeats filters out other work on the machine;
+  # 1 = decode once).
+  config.decode.timing_repeats = 1
+  # translate/eval write the N best hypotheses of each sentence in Moses
+  # n-best format, 'i ||| hypothesis ||| F0= score ||| score' (0 = off; at
+  # most beam_size).
+  config.decode.nbest = 0
+  # 'pharaoh': translate/eval also write hard alignments 'i-j' (source token i,
+  # target token j) from the argmax of the attention (memory attention:
+  # beta alpha^T). '' = off.
+  config.decode.alignments = ''
+  # Word vocabularies: each <unk> of a hypothesis becomes the source word it is
+  # aligned to (Luong et al. 2015).
+  config.decode.replace_unk = False
+  # Ensembles (--workdir=A,B): average the members' 'log_probs' per step
+  # (OpenNMT-py, Marian) or their 'probs' (fairseq).
+  config.decode.ensemble_average = 'log_probs'
+  # --mode=eval traces one extra decoding pass (compiled already; not timed:
+  # tracing slows it) into <output>/profile_decode (jax.profiler, as
+  # train.profile_steps).
+  config.decode.profile = False
+  # What the decoder computes from the fed-back word alone (layer 0's
+  # embedding-to-gates projection; flexible attention's W_g^i i_t; the maxout
+  # readout's V_o E y) for every target word, once per decoding call, so each
+  # step looks rows up instead of running GEMMs: 'on', 'off' or 'auto' (when
+  # the vocabulary has fewer words than the loop's rows x steps). Same
+  # results either way (float rounding aside).
+  config.decode.gate_table = 'auto'
+  # Decoding steps per iteration of the search loop: the same output in
+  # fewer iterations (see model.scan_unroll); a step past the end of the
+  # search is computed and discarded.
+  config.decode.unroll = 1
+  # XLA options for the decoders alone, on top of config.compiler_options
+  # (a name set in both takes this value): by default the search loops as
+  # CUDA graphs on a GPU (CUDA_GRAPHS above); '' launches kernel by kernel.
+  config.decode.compiler_options = CUDA_GRAPHS
+
+  # ---------------------------------------------------------------- parallelism
+  config.parallel = ml_collections.ConfigDict()
+  # 'jit' (one program over a device mesh) or 'pmap' (the same step mapped over
+  # devices). Both shard the batch along 'data' and replicate the state.
+  config.parallel.mode = 'jit'
+  # Devices on the 'data' axis: (-1,) = all of them,
+  # or (N,) with N = the device count.
+  config.parallel.mesh_shape = (-1,)
+
+  presets.apply_presets(config, arg)
+  return config
+
+
+def sibling_config(config_file: str, name: str, arg=None):
+  """get_config(arg) of configs/<name>.py next to `config_file`.
+
+  Config files build on each other (memory_k32.py is memory_k64.py with K = 32).
+  """
+  path = os.path.join(
+      os.path.dirname(os.path.abspath(config_file)), f'{name}.py'
+  )
+  spec = importlib.util.spec_from_file_location(f'nmt_jax_config_{name}', path)
+  module = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(module)
+  return module.get_config(arg)

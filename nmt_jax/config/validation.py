@@ -1,0 +1,288 @@
+"""Config checks: `resolve` once at every entry point, before anything is built.
+
+`resolve(config)` returns a resolved copy (derived fields filled, every value
+checked); `validate(config)` only checks. Neither touches devices or files:
+what depends on the devices is checked where the mesh is made
+(train.make_mesh).
+"""
+
+from nmt_jax import attention
+from nmt_jax.config import compiler_options
+from nmt_jax.data import batching
+from nmt_jax.system import errors
+
+# Fields that must be > 0, and fields that must be >= 0 (besides the attention
+# kinds' own fields, which nmt_jax/attention/ checks).
+POSITIVE = (
+    'model.embed_size',
+    'model.hidden_size',
+    'model.num_encoder_layers',
+    'model.num_decoder_layers',
+    'model.scan_unroll',
+    'train.num_steps',
+    'train.batch_size',
+    'train.learning_rate',
+    'train.log_every',
+    'train.eval_every',
+    'train.checkpoint_every',
+    'train.keep_checkpoints',
+    'train.eval_beam_size',
+    'train.eval_num_sentences',
+    'train.sigterm_grace_seconds',
+    'train.plateau_patience',
+    'train.halve_from_epoch',  # 1-based: 0 halved from the first step
+    'train.divergence_steps',
+    'decode.beam_size',
+    'decode.max_length_ratio',
+    'decode.max_length_offset',
+    'decode.batch_size',
+    'decode.unroll',
+    'decode.timing_repeats',
+    'data.max_length',
+    'data.min_length',
+    'data.num_symbols',
+    'data.num_train',
+    'data.num_eval',
+    'data.num_buckets',
+    'data.chunk_size',
+    'data.vocab.min_count',
+)
+NON_NEGATIVE = (
+    'train.clip_norm',
+    'train.label_smoothing',
+    'train.beta',
+    'train.num_epochs',
+    'train.divergence_factor',
+    'train.warmup_steps',
+    'train.plateau_decay',
+    'train.early_stopping_patience',
+    'train.profile_steps',
+    'train.loss_chunk',
+    'train.profile_from_step',
+    'decode.nbest',
+    'decode.length_penalty',
+    'model.output_hidden_size',
+    'model.readout_size',
+    'model.dropout',
+    'data.batch_tokens',
+    'data.vocab.target_size',
+)
+FINITE = ('model.forget_bias',)
+CHOICES = {
+    'model.query': ('current', 'previous'),
+    'model.readout': ('luong', 'bahdanau_maxout'),
+    'model.bridge': ('dense', 'copy', 'zero'),
+    'model.bidirectional': ('bottom', 'all', 'none'),
+    'model.dtype': ('float32', 'bfloat16'),
+    'decode.gate_table': ('auto', 'on', 'off'),
+    'model.gate_table': ('auto', 'on', 'off'),
+    'train.schedule': ('constant', 'halve', 'warmup_rsqrt'),
+    'train.beta_normalization': ('sentence', 'token'),
+    'train.optimizer': ('adam', 'sgd'),
+    'train.dropout_rng': ('threefry2x32', 'philox2x32'),
+    'train.plateau_metric': ('bleu', 'loss'),
+    'decode.alignments': ('', 'pharaoh'),
+    'decode.ensemble_average': ('log_probs', 'probs'),
+    'parallel.mode': ('jit', 'pmap'),
+    'data.vocab.kind': ('sentencepiece', 'word', 'char'),
+    'data.bucketing': ('even', 'fitted'),
+    'data.vocab.model_type': ('bpe', 'unigram'),
+}
+
+
+def resolve(config):
+  """A checked copy of `config` with its derived fields filled.
+
+  model.attention.max_source_length (None) becomes data.max_length + 1.
+  Raises ConfigError on the first value that cannot work.
+  """
+  config = config.copy_and_resolve_references()
+  if config.model.attention.max_source_length is None:
+    config.model.attention.max_source_length = config.data.max_length + 1
+  validate(config)
+  return config
+
+
+def validate(config):
+  """Raises ConfigError on a resolved config's first value that cannot work."""
+  for field in POSITIVE:
+    errors.positive(field, _get(config, field))
+  for field in NON_NEGATIVE:
+    errors.non_negative(field, _get(config, field))
+  for field in FINITE:
+    errors.finite(field, _get(config, field))
+  for field, choices in CHOICES.items():
+    errors.one_of(*choices)(field, _get(config, field))
+  if not (
+      isinstance(config.seed, int) and 0 <= config.seed < 2**32
+  ) or isinstance(config.seed, bool):
+    raise errors.config_error(
+        'seed', config.seed, 'must be an integer in [0, 2**32)', 'use e.g. 0'
+    )
+  vocab = config.data.vocab
+  if vocab.kind == 'sentencepiece':
+    errors.positive('data.vocab.size', vocab.size)
+  else:
+    errors.non_negative('data.vocab.size', vocab.size)
+  if compiler_options.parse(config.compiler_options) and (
+      config.parallel.mode == 'pmap'
+  ):
+    raise errors.config_error(
+        'compiler_options',
+        config.compiler_options,
+        'needs parallel.mode=jit (jax.pmap takes no compiler options)',
+        "set --config.parallel.mode=jit, or --config.compiler_options=''",
+    )
+  _check_model(config.model)
+  _check_data(config.data)
+  _check_decode(config)
+  if config.train.plateau_decay >= 1:
+    raise errors.config_error(
+        'train.plateau_decay',
+        config.train.plateau_decay,
+        'must be below 1 (it multiplies the learning rate)',
+        'use e.g. 0.5, or 0 for no decay',
+    )
+  # data.batch_tokens holds a sentence of the longest bucket (train.make_mesh
+  # checks a multiple of the device count).
+  batching.training_batch_sizes(config)
+  attention.validate(config)
+  kind = attention.get(config.model.attention.kind)
+  if config.train.beta and not kind.HAS_STRENGTH:
+    raise errors.config_error(
+        'train.beta',
+        config.train.beta,
+        "rewards flexible attention's g(t), but kind is "
+        f'{config.model.attention.kind!r}',
+        'set --config.train.beta=0',
+    )
+  if config.train.label_smoothing >= 1:
+    raise errors.config_error(
+        'train.label_smoothing',
+        config.train.label_smoothing,
+        'must be below 1',
+        'use e.g. 0.1',
+    )
+
+
+def _check_model(model):
+  kind = attention.get(model.attention.kind)
+  if model.readout == 'luong' and not kind.HAS_CONTEXT and model.readout_size:
+    raise errors.config_error(
+        'model.readout_size',
+        model.readout_size,
+        'sizes tanh(W_c [c_t; h_t]), which attention kind'
+        f' {model.attention.kind!r} does not have (htilde_t = h_t)',
+        'set model.readout_size=0, or model.output_hidden_size='
+        f'{model.readout_size} for a tanh layer before the softmax',
+    )
+  if model.tie_embeddings:
+    readout = model.readout_size or model.hidden_size
+    width = model.output_hidden_size or readout
+    if width != model.embed_size:
+      raise errors.config_error(
+          'model.tie_embeddings',
+          True,
+          f'needs the layer before the softmax ({width} units) to have'
+          f' model.embed_size={model.embed_size} units',
+          f'set model.readout_size={model.embed_size} (or output_hidden_size),'
+          ' or tie_embeddings=False',
+      )
+  if model.dropout >= 1:
+    raise errors.config_error(
+        'model.dropout', model.dropout, 'must be below 1', 'use e.g. 0.2'
+    )
+  if model.gate_table == 'on' and model.dropout:
+    raise errors.config_error(
+        'model.gate_table',
+        'on',
+        f'cannot train with model.dropout={model.dropout} (the table holds'
+        ' the gates of undropped embeddings)',
+        "use 'auto' (a table wherever it applies) or model.dropout=0",
+    )
+  if model.bidirectional != 'none' and model.hidden_size % 2:
+    raise errors.config_error(
+        'model.hidden_size',
+        model.hidden_size,
+        'must be even with a bidirectional encoder (hidden_size // 2 units '
+        'per direction)',
+        'use an even size',
+    )
+  if model.bridge == 'copy' and (
+      model.num_encoder_layers != model.num_decoder_layers
+  ):
+    raise errors.config_error(
+        'model.bridge',
+        model.bridge,
+        'needs as many encoder as decoder layers',
+        'use --config.model.bridge=dense',
+    )
+  if (
+      model.bridge == 'zero'
+      and not attention.get(model.attention.kind).HAS_CONTEXT
+  ):
+    raise errors.config_error(
+        'model.bridge',
+        model.bridge,
+        f'with attention kind {model.attention.kind!r} never lets the'
+        ' decoder read the source (no initial state, no context)',
+        'use --config.model.bridge=dense or copy',
+    )
+
+
+def _check_decode(config):
+  decode = config.decode
+  compiler_options.parse(
+      decode.get('compiler_options', ''), compiler_options.DECODE_FIELD
+  )
+  if decode.nbest > decode.beam_size:
+    raise errors.config_error(
+        'decode.nbest',
+        decode.nbest,
+        f'exceeds decode.beam_size={decode.beam_size}',
+        'raise the beam or lower nbest',
+    )
+  if decode.alignments or decode.replace_unk:
+    kind = attention.get(config.model.attention.kind)
+    if not kind.HAS_CONTEXT:
+      field = 'alignments' if decode.alignments else 'replace_unk'
+      raise errors.config_error(
+          f'decode.{field}',
+          decode[field],
+          f'needs attention weights; kind {config.model.attention.kind!r} has'
+          ' none',
+          f'turn decode.{field} off',
+      )
+  if decode.replace_unk and (
+      config.data.vocab.kind != 'word' or ':' not in config.data.name
+  ):
+    raise errors.config_error(
+        'decode.replace_unk',
+        True,
+        'copies source words for <unk>, so it needs a word vocabulary of a'
+        ' real corpus (data.vocab.kind=word, data.name=text:... or tfds:...)',
+        'turn it off',
+    )
+
+
+def _check_data(data):
+  if data.min_length > data.max_length:
+    raise errors.config_error(
+        'data.min_length',
+        data.min_length,
+        f'exceeds data.max_length={data.max_length}',
+        'lower it',
+    )
+  if data.name == 'chunk_reverse' and data.num_symbols < 2:
+    raise errors.config_error(
+        'data.num_symbols',
+        data.num_symbols,
+        'must be >= 2 for chunk_reverse',
+        'use e.g. 20',
+    )
+
+
+def _get(config, field):
+  for part in field.split('.'):
+    config = config[part]
+  return config

@@ -1,0 +1,110 @@
+"""Flag parsing of the command-line tools: config mistakes in one error line.
+
+`parse_flags` is absl's flags_parser for `app.run` in nmt_jax.main and
+nmt_jax.sweep: a missing or failing config file, an unknown preset or an
+unknown --config.<field> ends the process with status 2 and one line
+`error: ...`, instead of absl's usage dump or a traceback.
+"""
+
+import importlib.util
+import os
+import sys
+
+from absl import flags
+import ml_collections
+
+from nmt_jax.system import errors
+
+
+def fail(message: str):
+  print(f'error: {message}', file=sys.stderr)
+  sys.exit(2)
+
+
+def load_config(path: str, arg=None) -> ml_collections.ConfigDict:
+  """get_config(arg) of a config file; errors.ConfigError in one line."""
+
+  def error(message):
+    return errors.ConfigError(f'config file {path}{message}')
+
+  try:
+    spec = importlib.util.spec_from_file_location('nmt_jax_config_check', path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+  except errors.UserError as e:
+    raise error(f': {e}') from None
+  except SyntaxError as e:
+    raise error(f' line {e.lineno}: syntax error ({e.msg})') from None
+  except Exception as e:  # pylint: disable=broad-except
+    raise error(f' fails to load: {type(e).__name__}: {e}') from None
+  get_config = getattr(module, 'get_config', None)
+  if not callable(get_config):
+    raise error(
+        ' has no get_config(); define get_config(arg=None) returning an'
+        ' ml_collections.ConfigDict (see configs/)'
+    )
+  try:
+    config = get_config(arg) if arg is not None else get_config()
+  except (errors.UserError, ValueError) as e:  # e.g. an unknown preset
+    raise error(f': {e}') from None
+  except Exception as e:  # pylint: disable=broad-except
+    raise error(f': get_config failed: {type(e).__name__}: {e}') from None
+  if not isinstance(config, ml_collections.ConfigDict):
+    raise error(
+        f': get_config() returned a {type(config).__name__}, not an'
+        ' ml_collections.ConfigDict; start from'
+        ' nmt_jax.config.defaults.get_config()'
+    )
+  return config
+
+
+def check_config_file(path: str, arg):
+  """One error line for a config file that does not load or give a config."""
+  try:
+    load_config(path, arg)
+  except errors.ConfigError as e:
+    fail(str(e))
+
+
+def parse_flags(argv):
+  """Parses absl flags; config mistakes are one error line, not a traceback."""
+  for i, arg in enumerate(argv[1:], start=1):
+    if arg == '--':  # absl reads no flags after it
+      break
+    name, equals, value = arg.partition('=')
+    if name not in ('--config', '-config'):
+      continue
+    if not equals:  # --config PATH
+      if i + 1 >= len(argv):
+        continue  # absl says the flag needs a value
+      value = argv[i + 1]
+    path, _, config_arg = value.partition(':')
+    if not os.path.isfile(path):
+      fail(
+          f'config file {path} does not exist (run from the repository root,'
+          ' or give the path of a config file, e.g.'
+          ' --config=configs/global_general.py)'
+      )
+    check_config_file(path, config_arg or None)
+  try:
+    return flags.FLAGS(argv)
+  except (KeyError, AttributeError) as e:  # --config.<unknown field>=...
+    detail = ' '.join(
+        str(e).strip('"\'').replace('\\n', ' ').replace("\\'", "'").split()
+    )
+    fail(
+        f'unknown config field in a --config override: {detail} (every field is'
+        ' listed in nmt_jax/config/defaults.py and, for model.attention, in the'
+        ' kinds of nmt_jax/attention/)'
+    )
+  except OSError as e:  # config file missing or failing to import
+    fail(
+        ' '.join(str(e).split())
+        + ' (run from the repository root, or give the path of a config file)'
+    )
+  except (flags.Error, ValueError, TypeError) as e:
+    lines = str(e).strip().splitlines()
+    # A failing get_config() arrives as a traceback in the message: its last
+    # line says why.
+    message = lines[-1] if 'Traceback' in str(e) else ' '.join(str(e).split())
+    fail(message + ' (see --helpfull)')

@@ -1,0 +1,260 @@
+"""The model, the optimizer and the pure step functions of training.
+
+The step functions are jitted once per bucket shape by their callers; the
+dropout key is `fold_in(seed, step)` and the data order a function of the
+step, so a checkpoint (step, params, optimizer state) is all a resumed run
+needs to follow the trajectory of an uninterrupted one.
+"""
+
+import math
+from typing import Any
+
+import flax
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+
+from nmt_jax.data.vocab import PAD
+from nmt_jax.model import seq2seq
+
+
+@flax.struct.dataclass
+class TrainState:
+  step: jax.Array  # int32 scalar: number of updates applied
+  params: Any
+  opt_state: Any
+
+
+def learning_rate_fn(train_config, steps_per_epoch: int):
+  """step -> learning rate.
+
+  'constant'; 'halve': halved at the start of epoch halve_from_epoch (1-based)
+  and every epoch after, as Shu & Nakayama; 'warmup_rsqrt': linear warmup,
+  then lr * sqrt(warmup / step). Any schedule starts with the linear warmup
+  when train.warmup_steps > 0.
+  """
+  lr, warmup = train_config.learning_rate, train_config.warmup_steps
+
+  def schedule(step):
+    step = jnp.asarray(step, jnp.float32)
+    factor = jnp.minimum(1.0, (step + 1) / warmup) if warmup else 1.0
+    if train_config.schedule == 'halve':
+      epoch = jnp.floor(step / steps_per_epoch) + 1
+      halvings = jnp.maximum(0.0, epoch - train_config.halve_from_epoch + 1)
+      factor = factor * 0.5**halvings
+    elif train_config.schedule == 'warmup_rsqrt':
+      decay = jnp.sqrt(max(warmup, 1) / jnp.maximum(step, 1.0))
+      factor = factor * jnp.minimum(1.0, decay)
+    return lr * factor
+
+  return schedule
+
+
+def create_optimizer(train_config, steps_per_epoch: int):
+  """Adam or SGD after global-norm clipping -> (optimizer, schedule).
+
+  With train.plateau_decay a last `scale` stage holds the plateau factor in
+  the optimizer state (set_plateau_scale), so checkpoints carry it.
+  """
+  schedule = learning_rate_fn(train_config, steps_per_epoch)
+  parts = []
+  if train_config.clip_norm:
+    parts.append(optax.clip_by_global_norm(train_config.clip_norm))
+  if train_config.optimizer == 'sgd':
+    parts.append(optax.sgd(schedule))
+  else:
+    parts.append(optax.adam(schedule))
+  if train_config.plateau_decay:
+    parts.append(optax.inject_hyperparams(optax.scale)(step_size=1.0))
+  return optax.chain(*parts), schedule
+
+
+def plateau_scale(opt_state) -> float:
+  """The learning-rate factor of plateau decay in `opt_state` (1 without)."""
+  last = opt_state[-1]
+  if not hasattr(last, 'hyperparams'):
+    return 1.0
+  return float(
+      np.asarray(jax.device_get(last.hyperparams['step_size'])).flat[0]
+  )
+
+
+def set_plateau_scale(state: TrainState, value: float) -> TrainState:
+  """`state` with the plateau factor `value`, placed as the old one was."""
+  last = state.opt_state[-1]
+  old = last.hyperparams['step_size']
+  new = jax.make_array_from_callback(
+      old.shape,
+      old.sharding,
+      lambda index: np.full(old.shape, value, old.dtype)[index],
+  )
+  hyperparams = dict(last.hyperparams, step_size=new)
+  opt_state = state.opt_state[:-1] + (last._replace(hyperparams=hyperparams),)
+  return state.replace(opt_state=opt_state)
+
+
+def init_state(config, model, optimizer, sharding, sample_batch) -> TrainState:
+  """Step-0 state: parameters from config.seed, placed with `sharding`."""
+
+  def init(key):
+    params = model.init(key, sample_batch['source'], sample_batch['target_in'])[
+        'params'
+    ]
+    return TrainState(
+        step=jnp.int32(0), params=params, opt_state=optimizer.init(params)
+    )
+
+  return jax.jit(init, out_shardings=sharding)(jax.random.key(config.seed))
+
+
+def cross_entropy(logits, targets, label_smoothing: float = 0.0):
+  """Summed token cross-entropy over non-PAD targets -> (loss_sum, num_tokens).
+
+  logits [B, T, V], targets [B, T]. With label smoothing the loss is shifted
+  by the smoothed distribution's entropy, so a perfect prediction scores 0
+  either way.
+  """
+  weights = (targets != PAD).astype(jnp.float32)
+  if label_smoothing:
+    vocab = logits.shape[-1]
+    confidence, low = 1.0 - label_smoothing, label_smoothing / (vocab - 1)
+    soft = jax.nn.one_hot(targets, vocab) * (confidence - low) + low
+    entropy = -(
+        confidence * math.log(confidence)
+        + (vocab - 1) * low * math.log(low + 1e-20)
+    )
+    loss = optax.softmax_cross_entropy(logits, soft) - entropy
+  else:
+    loss = optax.softmax_cross_entropy_with_integer_labels(logits, targets)
+  return jnp.sum(loss * weights), jnp.sum(weights)
+
+
+def chunked_cross_entropy(
+    logits_fn, htilde, targets, chunk: int, label_smoothing: float = 0.0
+):
+  """cross_entropy(logits_fn(htilde), targets), `chunk` positions at a time.
+
+  htilde [B, T, H], targets [B, T]. Each chunk's logits [B, chunk, V] are
+  made, used and, in the backward pass, made again (jax.checkpoint), so the
+  [B, T, V] logits and softmax never exist at once: peak memory for large
+  vocabularies falls by about (T / chunk - 1) of those arrays.
+  """
+  batch, length, width = htilde.shape
+  pad = -length % chunk
+  htilde = jnp.pad(htilde, ((0, 0), (0, pad), (0, 0)))
+  targets = jnp.pad(targets, ((0, 0), (0, pad)), constant_values=PAD)
+  count = (length + pad) // chunk
+  # [count, B, chunk, ...]
+  hs = htilde.reshape(batch, count, chunk, width).swapaxes(0, 1)
+  ts = targets.reshape(batch, count, chunk).swapaxes(0, 1)
+
+  @jax.checkpoint
+  def one_chunk(h, t):
+    return cross_entropy(logits_fn(h), t, label_smoothing)
+
+  def body(sums, xs):
+    loss, tokens = one_chunk(*xs)
+    return (sums[0] + loss, sums[1] + tokens), None
+
+  zero = jnp.zeros((), jnp.float32)
+  (loss_sum, tokens), _ = jax.lax.scan(body, (zero, zero), (hs, ts))
+  return loss_sum, tokens
+
+
+def strength_reward(strength, mask, normalization: str):
+  """The penalty strengths g(t) [B, T] that fine-tuning rewards, summed.
+
+  Shu & Nakayama's objective (eq. 9) is, per sentence, the summed NLL minus
+  beta times the sentence's mean g(t): 'sentence' returns sum_i mean_t g_i(t)
+  so that (NLL sum - beta * this) / tokens is that objective scaled by
+  1 / tokens, the scale of the token-mean loss. 'token' returns
+  sum_{i,t} g_i(t): beta then weighs each step like a token's NLL, about
+  mean-target-length times more than the paper's beta.
+  """
+  strength = jnp.where(mask, strength, 0.0)
+  if normalization == 'token':
+    return jnp.sum(strength)
+  steps = jnp.maximum(jnp.sum(mask, axis=1), 1)
+  return jnp.sum(jnp.sum(strength, axis=1) / steps)
+
+
+def train_step(
+    state: TrainState, batch, *, model, optimizer, config, axis_name=None
+):
+  """One update on a batch {'source', 'target_in', 'target_out'} [B, L].
+
+  Returns (state, metric sums). Under pmap, `axis_name` names the device
+  axis: each device holds B / devices rows, and token counts and gradients
+  are summed over devices, so the update equals the jit one on the whole
+  batch (dropout masks are drawn per device).
+  """
+  seed = jax.random.key(config.seed, impl=config.train.dropout_rng)
+  dropout_key = jax.random.fold_in(seed, state.step)
+  if axis_name:
+    device = jax.lax.axis_index(axis_name)
+    dropout_key = jax.random.fold_in(dropout_key, device)
+
+  def total(x):
+    return jax.lax.psum(x, axis_name) if axis_name else x
+
+  def loss_fn(params):
+    chunk = config.train.loss_chunk
+    outputs, diagnostics = model.apply(
+        {'params': params},
+        batch['source'],
+        batch['target_in'],
+        train=True,
+        rngs={'dropout': dropout_key},
+        method=seq2seq.Seq2Seq.features if chunk else None,
+    )
+    if chunk:  # outputs: htilde [B, T, H]; logits a chunk at a time
+      logits_fn = lambda h: model.apply(
+          {'params': params}, h, method=seq2seq.Seq2Seq.output_logits
+      )
+      loss_sum, tokens = chunked_cross_entropy(
+          logits_fn,
+          outputs,
+          batch['target_out'],
+          chunk,
+          config.train.label_smoothing,
+      )
+    else:  # outputs: logits [B, T, V]
+      loss_sum, tokens = cross_entropy(
+          outputs, batch['target_out'], config.train.label_smoothing
+      )
+    all_tokens = jnp.maximum(total(tokens), 1.0)
+    loss = loss_sum / all_tokens
+    if config.train.beta:
+      reward = strength_reward(
+          diagnostics['strength'],
+          batch['target_out'] != PAD,
+          config.train.beta_normalization,
+      )
+      loss = loss - config.train.beta * reward / all_tokens
+    return loss, (loss_sum, tokens)
+
+  grad_fn = jax.value_and_grad(loss_fn, has_aux=True)
+  (_, (loss_sum, tokens)), grads = grad_fn(state.params)
+  grads, loss_sum, tokens = total(grads), total(loss_sum), total(tokens)
+  updates, opt_state = optimizer.update(grads, state.opt_state, state.params)
+  state = TrainState(
+      step=state.step + 1,
+      params=optax.apply_updates(state.params, updates),
+      opt_state=opt_state,
+  )
+  metrics = {
+      'loss_sum': loss_sum,
+      'tokens': tokens,
+      'grad_norm': optax.global_norm(grads),
+  }
+  return state, metrics
+
+
+def eval_step(params, batch, *, model):
+  """Teacher-forced loss sums of a batch (PAD rows contribute nothing)."""
+  logits, _ = model.apply(
+      {'params': params}, batch['source'], batch['target_in']
+  )
+  loss_sum, tokens = cross_entropy(logits, batch['target_out'])
+  return {'loss_sum': loss_sum, 'tokens': tokens}

@@ -1,0 +1,66 @@
+"""The command lines run as a user runs them, and what the tests read back."""
+
+import hashlib
+import os
+import time
+
+import jax
+import numpy as np
+
+from nmt_jax.workdir import checkpoint
+from tests import conftest
+
+CONFIG = 'configs/global_general.py:tiny'
+# Small and quick: greedy final evaluation, a few validation sentences.
+QUICK = ['--config.decode.beam_size=1', '--config.train.eval_num_sentences=8']
+
+
+def nmt(*args, check=True, input_text=None, timeout=600):
+  return conftest.run_module(
+      'nmt_jax.main', *args, check=check, input_text=input_text, timeout=timeout
+  )
+
+
+def snapshot(workdir):
+  """{relative path: sha256} of every file under workdir."""
+  digest = {}
+  for base, _, files in os.walk(workdir):
+    for name in files:
+      path = os.path.join(base, name)
+      with open(path, 'rb') as f:
+        digest[os.path.relpath(path, workdir)] = hashlib.sha256(
+            f.read()
+        ).hexdigest()
+  return digest
+
+
+def wait_until(condition, processes, timeout=300):
+  """Polls `condition()`; fails if a process ends first or time runs out."""
+  deadline = time.time() + timeout
+  while not condition():
+    assert time.time() < deadline, 'timed out waiting'
+    assert all(p.poll() is None for p in processes), 'a process ended'
+    time.sleep(0.02)
+
+
+def final_params(workdir, step):
+  ckpts = checkpoint.Checkpoints(workdir, create=False)
+  try:
+    # Onto this process's first device, whatever device count wrote it.
+    sharding = jax.sharding.SingleDeviceSharding(jax.devices()[0])
+    target = jax.tree_util.tree_map(
+        lambda m: jax.ShapeDtypeStruct(m.shape, m.dtype, sharding=sharding),
+        ckpts.manager.item_metadata(step)['state'],
+    )
+    restored = ckpts.manager.restore(
+        step,
+        args=checkpoint.ocp.args.Composite(
+            state=checkpoint.ocp.args.StandardRestore(target)
+        ),
+    )
+  finally:
+    ckpts.close()
+  return {
+      jax.tree_util.keystr(p): np.asarray(v)
+      for p, v in jax.tree_util.tree_flatten_with_path(restored.state)[0]
+  }

@@ -1,0 +1,100 @@
+"""Metric wrappers: sacreBLEU called the right way, RIBES edge cases."""
+
+import re
+
+import numpy as np
+import pytest
+
+from nmt_jax.decoding import evaluation
+from nmt_jax.decoding import metrics
+from nmt_jax.decoding import search
+
+
+def test_perfect_and_partial_translations():
+  refs = ['a b c d e f', 'b c d e a a', 'c c d a b e']
+  perfect = metrics.translation_metrics(refs, refs)
+  for key in ('bleu', 'bleu_tokenized', 'chrf'):
+    assert abs(perfect[key] - 100.0) < 1e-6, key
+  assert abs(perfect['ribes'] - 1.0) < 1e-9
+  assert (
+      'tok:13a' in perfect['bleu_signature']
+      and 'tok:none' in perfect['bleu_tokenized_signature']
+  )
+  partial = metrics.translation_metrics(['a b c d e f', 'b c d', 'x'], refs)
+  # would be 0.0 if references were passed flat
+  assert 0 < partial['bleu'] < 100
+
+
+def test_ribes_survives_degenerate_hypotheses():
+  assert metrics.ribes([''], ['a b c']) == 0.0
+  assert 0 <= metrics.ribes(['a'], ['b c']) <= 1
+
+
+def test_ribes_of_exact_copies_is_nltks():
+  # As the README says: words nltk cannot align make an exact copy score
+  # below 1; unique words score 1.
+  assert metrics.ribes(['a b c'], ['a b c']) == 1.0
+  assert metrics.ribes(['a', 'a a a'], ['a', 'a a a']) == 0.0
+  assert metrics.ribes(['a', 'a b c'], ['a', 'a b c']) == 0.5
+
+
+def test_window_metrics_average_sentences_then_steps():
+  # Sentence 1: 2 steps attending 3 positions each of a 4-token source,
+  # 8 scored; sentence 2: 4 steps attending 5 of 10, 16 scored.
+  windows = search.Windows(
+      window=np.array([6.0, 20.0]),
+      computed=np.array([16.0, 64.0]),
+      steps=np.array([2.0, 4.0]),
+  )
+  result = evaluation.window_metrics(windows, np.array([4.0, 10.0]))
+  expected = {
+      'avg_window': (3 + 5) / 2,  # Shu: per sentence, then over sentences
+      'avg_window_fraction': (3 / 4 + 5 / 10) / 2,
+      'avg_window_steps': 26 / 6,  # pooled over the 6 steps
+      'avg_computed': (8 + 16) / 2,
+      'avg_computed_fraction': (8 / 4 + 16 / 10) / 2,
+      'avg_source_length': 7.0,
+  }
+  assert result == pytest.approx(expected)
+  empty = evaluation.window_metrics(
+      search.Windows(*np.zeros((3, 0))), np.zeros(0)
+  )
+  assert all(np.isfinite(v) for v in empty.values())
+
+
+def test_tokenized_bleu_scores_moses_tokens_of_detokenized_text():
+  # Punctuation glued to words: whitespace-split BLEU misses the match, Moses tokens find it.
+  refs = ['Das ist gut, sagte er.', 'Wir gehen nach Hause!']
+  hyps = ['Das ist gut , sagte er .', 'Wir gehen nach Hause!']
+  result = metrics.translation_metrics(hyps, refs, language='de')
+  assert abs(result['bleu_tokenized'] - 100.0) < 1e-6
+  assert (
+      result['bleu_tokenized_signature'].startswith('moses:de|')
+      and 'tok:none' in result['bleu_tokenized_signature']
+  )
+  import sacrebleu  # pylint: disable=g-import-not-at-top
+
+  assert sacrebleu.BLEU(tokenize='none').corpus_score(hyps, [refs]).score < 90
+  # symbol tasks are unchanged
+  assert metrics.moses_tokenize('a b c d') == 'a b c d'
+
+
+def test_chinese_and_japanese_are_scored_on_words_not_lines():
+  # Unsegmented text is one "word" per line to 13a and to whitespace RIBES:
+  # a near-perfect translation would score about 0.
+  refs = ['我爱你。', '今天天气很好！', '他去了学校。']
+  hyps = ['我爱你。', '今天天气很好。', '他去学校了。']
+  chinese = metrics.translation_metrics(hyps, refs, language='zh')
+  assert 'tok:zh' in chinese['bleu_signature']
+  assert chinese['bleu_tokenized_signature'].startswith('zh|')
+  assert 50 < chinese['bleu'] < 100 and 0.8 < chinese['ribes'] < 1
+  assert metrics.ribes(hyps, refs) == 0.0  # what whitespace tokens give
+  # Japanese needs MeCab for its word tokenizer; without it, characters.
+  japanese = metrics.translation_metrics(hyps, refs, language='ja')
+  assert japanese['bleu'] > 50 and japanese['ribes'] > 0.8
+  assert re.search(r'tok:(ja-mecab|char)', japanese['bleu_signature'])
+  # Korean separates words by spaces: without MeCab, 13a, not characters.
+  korean = metrics.translation_metrics(
+      ['나는 학교에 갔다'], ['나는 학교에 갔다'], language='ko'
+  )
+  assert re.search(r'tok:(ko-mecab|13a)', korean['bleu_signature'])

@@ -1,0 +1,467 @@
+"""Scoring, n-best lists, ensembles, averaging, alignments, plateaus, SGD.
+
+Each against an independent reference: the training loss, NumPy, the
+single model an ensemble of copies must reproduce.
+"""
+
+import functools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+import pytest
+
+from nmt_jax import average
+from nmt_jax import data
+from nmt_jax.config import defaults
+from nmt_jax.config import validation
+from nmt_jax.data import batching
+from nmt_jax.data import dataset
+from nmt_jax.data.vocab import EOS
+from nmt_jax.data.vocab import UNK
+from nmt_jax.decoding import evaluation
+from nmt_jax.decoding import outputs
+from nmt_jax.decoding import scorers
+from nmt_jax.decoding import search
+from nmt_jax.model import seq2seq
+from nmt_jax.system import parallel
+from nmt_jax.system import profiling
+from nmt_jax.training import plateau
+from nmt_jax.training import steps
+from nmt_jax.workdir import run_config
+from nmt_jax.workdir import writers
+from tests import helpers
+
+
+@functools.lru_cache(maxsize=None)
+def _task():
+  return data.load_task(helpers.tiny_config().data, seed=0)
+
+
+def _model(kind='global', seed=0, **attention):
+  config = helpers.tiny_config(kind, 'concat')
+  for key, value in attention.items():
+    config.model.attention[key] = value
+  model = seq2seq.create_model(config, _task())
+  return config, model, helpers.init_params(model, seed)
+
+
+# ----------------------------------------------------------------- scoring
+
+
+def test_scores_are_the_teacher_forced_loss_whatever_the_batch():
+  config, model, params = _model()
+  task = _task()
+  evaluator = evaluation.Evaluator(config, model, task, parallel.make_mesh())
+  by_one = evaluator.token_log_probs(params, task.eval, 1)
+  by_eight = evaluator.token_log_probs(params, task.eval, 8)
+  for a, b, target in zip(by_one, by_eight, task.eval.target):
+    assert len(a) == len(target)  # EOS included
+    np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
+  # The loss of training's eval_step over the same pairs.
+  boundaries = batching.bucket_boundaries(task.max_length, 2)
+  loss_sum = tokens = 0.0
+  for _, batch in batching.eval_batches(task.eval, 8, boundaries):
+    out = steps.eval_step(params, batch, model=model)
+    loss_sum, tokens = loss_sum + out['loss_sum'], tokens + out['tokens']
+  total = sum(float(np.sum(v)) for v in by_one)
+  np.testing.assert_allclose(-total, loss_sum, rtol=1e-5)
+  np.testing.assert_allclose(
+      evaluator.loss(params, task.eval), loss_sum / tokens, rtol=1e-5
+  )
+
+
+def test_score_line_sums_and_averages_the_token_log_probs():
+  line = outputs.score_line([-1.0, -2.0, -0.5])
+  total, mean, each = line.split('\t')
+  assert float(total) == -3.5 and float(mean) == pytest.approx(-3.5 / 3)
+  assert each.split() == ['-1.0000', '-2.0000', '-0.5000']
+
+
+# ----------------------------------------------------------------- n-best
+
+
+def test_nbest_lists_start_with_the_best_and_fall():
+  config, model, params = _model()
+  task = _task()
+  evaluator = evaluation.Evaluator(config, model, task, parallel.make_mesh())
+  decoded = evaluator.decode(params, task.eval, beam_size=3)
+  for text, nbest in zip(decoded.texts, decoded.nbest):
+    assert 1 <= len(nbest) <= 3
+    assert task.target_vocab.decode(nbest[0].ids) == text
+    scores = [h.score for h in nbest]
+    assert scores == sorted(scores, reverse=True)
+  aligned = evaluator.decode(params, task.eval, beam_size=3, alignments=True)
+  assert aligned.texts == decoded.texts
+  for nbest in aligned.nbest:  # every hypothesis has its own alignment
+    for hypothesis in nbest:
+      assert hypothesis.alignment.shape == hypothesis.ids.shape
+  greedy = evaluator.decode(params, task.eval, beam_size=1)
+  assert all(len(n) == 1 for n in greedy.nbest)
+  assert (
+      outputs.nbest_line(3, 'a b', -1.5, None)
+      == '3 ||| a b ||| F0= -1.500000 ||| -1.500000'
+  )
+  assert outputs.nbest_line(0, 'a', -2.0, '0-0').endswith(
+      ' ||| -2.000000 ||| 0-0'
+  )
+
+
+# ----------------------------------------------------------------- ensembles
+
+
+@pytest.mark.parametrize('beam_size', [1, 3])
+def test_ensembles_of_one_model_or_two_copies_decode_as_the_model(beam_size):
+  config, model, params = _model('memory', num_memory=3)
+  source = jnp.asarray(batching.make_batch(_task().eval, range(6), 9)['source'])
+  single = search.make_decode_fn(model, config.decode, beam_size)(
+      params, source
+  )
+  for members in (1, 2):
+    ensemble = scorers.Ensemble([model] * members)
+    out = search.make_decode_fn(ensemble, config.decode, beam_size)(
+        (params,) * members, source
+    )
+    np.testing.assert_array_equal(out.tokens, single.tokens)
+    np.testing.assert_allclose(out.scores, single.scores, rtol=1e-6)
+    # The ensemble attends with every member.
+    np.testing.assert_allclose(
+        out.windows.window, members * single.windows.window
+    )
+
+
+@pytest.mark.parametrize('average_kind', scorers.AVERAGES)
+def test_an_ensemble_step_averages_its_members(average_kind):
+  _, first, first_params = _model('global', seed=1)
+  _, second, second_params = _model('memory', seed=2, num_memory=3)
+  ensemble = scorers.Ensemble([first, second], average_kind)
+  assert ensemble.lead == 0
+  source = jnp.asarray(batching.make_batch(_task().eval, range(4), 9)['source'])
+  params = (first_params, second_params)
+  cache, state = ensemble.encode(params, source)
+  tokens = jnp.full((4,), 5, jnp.int32)
+  # The members look their input gates up (gate table); the reference below
+  # computes them.
+  prepared = ensemble.prepare(params, lookups=1, gate_table='on')
+  assert all(table is not None for _, table in prepared)
+  _, log_probs, diagnostics = ensemble.step(
+      prepared, state, cache, tokens, True
+  )
+  members = []
+  for member, p in zip((first, second), params):
+    c, s = scorers.Single(member).encode(p, source)
+    _, logits, d = member.apply(
+        {'params': p}, s, c, tokens, True, method=seq2seq.Seq2Seq.decode_step
+    )
+    logits = np.asarray(logits, np.float64)
+    members.append(logits - np.log(np.exp(logits).sum(-1, keepdims=True)))
+  if average_kind == 'log_probs':
+    expected = np.mean(members, axis=0)
+  else:
+    expected = np.log(np.mean(np.exp(members), axis=0))
+  np.testing.assert_allclose(log_probs, expected, rtol=1e-5, atol=1e-5)
+  lengths = np.sum(np.asarray(source) != 0, axis=1)
+  np.testing.assert_allclose(diagnostics['window'], lengths + 3)
+  assert diagnostics['weights'].shape == source.shape  # the global member's
+
+
+# ----------------------------------------------------------------- averaging
+
+
+def test_the_mean_of_identical_trees_is_the_tree_bit_for_bit():
+  _, _, params = _model()
+  host = jax.device_get(params)
+  same = average.mean_tree([host] * 3)
+  for a, b in zip(
+      jax.tree_util.tree_leaves(same), jax.tree_util.tree_leaves(host)
+  ):
+    np.testing.assert_array_equal(a, b)
+    assert a.dtype == b.dtype
+  _, _, other = _model(seed=1)
+  mean = average.mean_tree([host, jax.device_get(other)])
+  for m, a, b in zip(
+      *(jax.tree_util.tree_leaves(t) for t in (mean, host, other))
+  ):
+    expected = (np.float64(a) + np.float64(b)) / 2
+    np.testing.assert_array_equal(m, expected.astype(np.float32))
+
+
+# ----------------------------------------------------------------- alignments
+
+
+def test_pharaoh_alignments_skip_eos_and_undo_reversal():
+  # Target token 2 looks at the source EOS (position 3): no link.
+  positions = outputs.source_positions([0, 2, 3, 1], 3, reversed_source=False)
+  assert outputs.pharaoh(positions) == '0-0 2-1 1-3'
+  reversed_positions = outputs.source_positions([2, 0, 3], 3, True)
+  assert list(reversed_positions) == [0, 2, -1]
+
+
+def test_unknown_words_take_their_aligned_source_word():
+  words = outputs.replace_unk(
+      [7, UNK, UNK, UNK],
+      ['the', '<unk>', '<unk>', '<unk>'],
+      [0, 2, -1, 9],
+      ['Der', 'Hund', 'Zeus'],
+  )
+  # Aligned to 'Zeus'; unaligned and out-of-range links keep <unk>.
+  assert words == ['the', 'Zeus', '<unk>', '<unk>']
+
+
+def test_memory_alignments_are_the_argmax_of_beta_alpha():
+  config, model, params = _model('memory', num_memory=3)
+  source = batching.make_batch(_task().eval, range(6), 9)['source']
+  out = search.make_decode_fn(
+      model, config.decode, 1, with_diagnostics=True, alignments=True
+  )(params, jnp.asarray(source))
+  cache, _ = model.apply(
+      {'params': params}, jnp.asarray(source), method=seq2seq.Seq2Seq.encode
+  )
+  alpha = np.asarray(cache['alpha'])  # [B, S, K]
+  beta = np.asarray(out.diagnostics['weights'])  # [B, T, K]
+  expected = np.argmax(np.einsum('btk,bsk->bts', beta, alpha), axis=-1)
+  steps_taken = np.asarray(out.tokens) != 0
+  np.testing.assert_array_equal(
+      np.asarray(out.diagnostics['alignment'])[steps_taken],
+      expected[steps_taken],
+  )
+
+
+# ----------------------------------------------------------------- reversal
+
+
+def test_source_reversal_keeps_eos_last_and_is_its_own_inverse():
+  rows = [np.array([4, 5, 6, EOS]), np.array([EOS]), np.array([7, 8, EOS])]
+  split = dataset.Split(rows, rows, ['a'] * 3, ['a'] * 3)
+  ragged = dataset.Split(dataset.Ragged.from_rows(rows), rows, [], [])
+  expected = [[6, 5, 4, EOS], [EOS], [8, 7, EOS]]
+  for s in (split, ragged):
+    reversed_split = dataset.reverse_sources(s)
+    assert [list(r) for r in reversed_split.source] == expected
+    again = dataset.reverse_sources(reversed_split)
+    assert [list(r) for r in again.source] == [list(r) for r in rows]
+    assert list(reversed_split.target[0]) == [4, 5, 6, EOS]  # targets stay
+
+
+def test_reverse_source_reaches_every_split_and_the_identity():
+  config = helpers.tiny_config()
+  config.data.reverse_source = True
+  task = data.load_task(config.data, seed=0)
+  plain = _task()
+  for a, b in zip(task.train.source[:20], plain.train.source[:20]):
+    np.testing.assert_array_equal(a, np.append(b[:-1][::-1], EOS))
+  assert run_config.identity_fields(config)['data.reverse_source'] is True
+
+
+def test_position_encodings_length_is_part_of_the_models_identity():
+  # S of memory attention's position encodings changes every output: a
+  # workdir evaluated with another data.max_length (which sets it) is another
+  # model. Without encodings the field is unused and may differ.
+  def identity(encoding, max_length):
+    config = defaults.get_config('tiny')
+    config.model.attention.kind = 'memory'
+    config.model.attention.position_encoding = encoding
+    config.data.max_length = max_length
+    return run_config.identity_fields(validation.resolve(config))
+
+  key = 'model.attention.max_source_length'
+  assert identity('renorm', 8)[key] == 9
+  assert identity('renorm', 8) != identity('renorm', 200)
+  assert key not in identity('none', 8)
+  assert identity('none', 8) == identity('none', 200)
+
+
+def test_the_identity_holds_the_vocabulary_fields_the_task_uses():
+  def identity(name, vocab_size=16_000, num_symbols=6, gate_table='auto'):
+    config = defaults.get_config('tiny')
+    config.data.name = name
+    config.data.vocab.size = vocab_size
+    config.data.num_symbols = num_symbols
+    config.model.gate_table = gate_table
+    return run_config.identity_fields(config)
+
+  # An embedded task's vocabulary is its symbols: data.vocab.* is unused.
+  assert identity('copy') == identity('copy', vocab_size=99)
+  assert identity('copy') != identity('copy', num_symbols=7)
+  # A corpus's vocabulary is data.vocab.*; data.num_symbols is unused.
+  corpus = 'text:/corpus/train'
+  assert identity(corpus) == identity(corpus, num_symbols=7)
+  assert identity(corpus) != identity(corpus, vocab_size=99)
+  # A speed switch (the same numbers) is not part of it.
+  assert identity('copy') == identity('copy', gate_table='off')
+
+
+# ----------------------------------------------------------------- training
+
+
+def _train_config(**train):
+  config = defaults.get_config('tiny')
+  for key, value in train.items():
+    config.train[key] = value
+  return validation.resolve(config).train
+
+
+def test_plateau_decays_and_stops_after_its_patience():
+  tracker = plateau.Plateau(
+      _train_config(
+          plateau_decay=0.5, plateau_patience=2, early_stopping_patience=3
+      )
+  )
+  events = [
+      tracker.update(step, {'bleu': bleu})
+      for step, bleu in enumerate([1, 2, 2, 2, 3, 3, 3, 3])
+  ]
+  assert events == [
+      (False, False),
+      (False, False),
+      (False, False),
+      (True, False),  # two validations without a better BLEU
+      (False, False),  # better: the counts start again
+      (False, False),
+      (True, False),
+      (False, True),  # three without: stop
+  ]
+  assert tracker.scale == 0.25 and tracker.best_step == 4
+  loss = plateau.Plateau(
+      _train_config(
+          plateau_metric='loss', plateau_decay=0.5, plateau_patience=1
+      )
+  )
+  assert loss.update(0, {'loss': 2.0}) == (False, False)
+  assert loss.update(1, {'loss': 1.0}) == (False, False)  # lower is better
+  assert loss.update(2, {'loss': 1.5}) == (True, False)
+  replayed = plateau.Plateau(_train_config(plateau_decay=0.5))
+  records = [
+      {'step': s, 'split': 'valid', 'bleu': b}
+      for s, b in [(2, 5.0), (4, 4.0), (6, 4.0), (8, 1.0)]
+  ] + [{'step': 4, 'split': 'train', 'loss': 1.0}]
+  replayed.replay(records, until=6)
+  assert (replayed.scale, replayed.since_best) == (0.5, 2)
+
+
+def test_a_resumed_plateau_decays_to_the_same_factor():
+  """The factor is kept as the checkpoint's float32: a resume from it goes on
+  bit for bit (in float64 0.7 * 0.7 gave 0.49, the resumed run 0.48999998)."""
+  config = _train_config(plateau_decay=0.7, plateau_patience=1)
+  uninterrupted, first = plateau.Plateau(config), plateau.Plateau(config)
+  for step in range(1, 5):
+    uninterrupted.update(step, {'bleu': 1.0})
+  for step in range(1, 3):
+    first.update(step, {'bleu': 1.0})
+  resumed = plateau.Plateau(config)
+  resumed.replay(
+      [{'step': s, 'split': 'valid', 'bleu': 1.0} for s in (1, 2)], 2
+  )
+  resumed.scale = float(np.float32(first.scale))  # what the checkpoint holds
+  for step in range(3, 5):
+    resumed.update(step, {'bleu': 1.0})
+  assert resumed.scale == uninterrupted.scale
+  assert uninterrupted.scale == float(np.float32(uninterrupted.scale))
+  never = plateau.Plateau(config)
+  never.update(1, {'bleu': float('nan')})
+  assert never.describe().endswith('(none finite yet)')
+
+
+def _one_update(train_config, scale=None):
+  _, model, params = _model()
+  optimizer, _ = steps.create_optimizer(train_config, steps_per_epoch=10)
+  state = steps.TrainState(
+      step=jnp.int32(0), params=params, opt_state=optimizer.init(params)
+  )
+  if scale is not None:
+    state = steps.set_plateau_scale(state, scale)
+    assert steps.plateau_scale(state.opt_state) == scale
+  grads = jax.tree_util.tree_map(jnp.ones_like, params)
+  updates, _ = optimizer.update(grads, state.opt_state, params)
+  return grads, updates
+
+
+def test_the_plateau_factor_scales_the_update():
+  config = _train_config(plateau_decay=0.5)
+  _, full = _one_update(config)
+  _, half = _one_update(config, scale=0.5)
+  for f, h in zip(*(jax.tree_util.tree_leaves(t) for t in (full, half))):
+    np.testing.assert_allclose(h, 0.5 * f, rtol=1e-6)
+  assert (
+      steps.plateau_scale(
+          steps.create_optimizer(_train_config(), 10)[0].init(
+              {'a': jnp.ones(1)}
+          )
+      )
+      == 1.0
+  )
+
+
+def test_sgd_steps_minus_the_learning_rate_times_the_clipped_gradient():
+  config = _train_config(optimizer='sgd', learning_rate=0.3, clip_norm=5.0)
+  grads, updates = _one_update(config)
+  norm = float(optax.global_norm(grads))
+  for g, u in zip(*(jax.tree_util.tree_leaves(t) for t in (grads, updates))):
+    np.testing.assert_allclose(u, -0.3 * g * 5.0 / norm, rtol=1e-5)
+
+
+def test_luong_sgd_preset_halves_every_epoch_after_the_fifth():
+  config = defaults.get_config('luong_sgd')
+  t = validation.resolve(config).train
+  assert (t.optimizer, t.learning_rate, t.clip_norm, t.num_epochs) == (
+      'sgd',
+      1.0,
+      5.0,
+      10.0,
+  )
+  schedule = steps.learning_rate_fn(t, steps_per_epoch=10)
+  rates = [float(schedule(epoch * 10)) for epoch in range(8)]
+  assert rates == [1.0, 1.0, 1.0, 1.0, 1.0, 0.5, 0.25, 0.125]
+
+
+def test_a_workdir_without_metrics_has_no_records_to_replay(tmp_path):
+  # nmt_jax.average writes no metrics.jsonl; resuming training there with
+  # early stopping replays nothing instead of failing.
+  assert writers.read_metrics(str(tmp_path)) == []
+  tracker = plateau.Plateau(_train_config(early_stopping_patience=2))
+  tracker.replay(writers.read_metrics(str(tmp_path)), 100)
+  assert not tracker.stopped and tracker.best is None
+
+
+@pytest.mark.parametrize(
+    'first, count, num_steps, start, traced',
+    [
+        (1, 2, 10, 0, (1, 3)),  # steps 2-3
+        (10, 3, 4, 0, None),  # the default step 10 in a 4-step run: a warning
+        (2, 5, 4, 0, (2, 4)),  # the window ends with the run
+        (10, 3, 20, 11, (11, 13)),  # resumed inside it: the rest of it
+        (10, 3, 20, 15, None),  # resumed after it: a warning
+    ],
+)
+def test_the_profiler_traces_the_steps_of_its_window_the_run_reaches(
+    monkeypatch, first, count, num_steps, start, traced
+):
+  # It started only at step == profile_from_step exactly: a short or resumed
+  # run wrote no profile and said nothing.
+  calls = []
+  monkeypatch.setattr(
+      profiling.jax.profiler, 'start_trace', lambda *a, **k: calls.append('+')
+  )
+  monkeypatch.setattr(
+      profiling.jax.profiler, 'stop_trace', lambda: calls.append('-')
+  )
+  warnings = []
+  monkeypatch.setattr(
+      profiling.logging, 'warning', lambda *a: warnings.append(a[0] % a[1:])
+  )
+  t = defaults.get_config().train
+  t.profile_from_step, t.profile_steps, t.num_steps = first, count, num_steps
+  marks = []
+  with profiling.Profiler('/unused', t) as profiler:
+    for step in range(start, num_steps):
+      profiler.before(step)
+      marks.append(len(calls))
+      profiler.after(step + 1, None)
+  if traced is None:
+    assert calls == [] and len(warnings) == 1 and 'no profile' in warnings[0]
+  else:
+    assert calls == ['+', '-'] and not warnings
+    # Steps traced: those run while the trace was open.
+    inside = [s + 1 for s, n in zip(range(start, num_steps), marks) if n == 1]
+    assert (inside[0] - 1, inside[-1]) == traced

@@ -1,0 +1,133 @@
+"""Hoisted kernel gradients (nmt_jax/model/hoisting.py) equal plain autodiff's, and
+unrolled training loops (model.scan_unroll) the plain ones."""
+
+import jax
+import jax.extend
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from nmt_jax import attention
+from nmt_jax.model import lstm
+from tests import helpers
+from tests.helpers import VARIANTS
+
+
+def _loss_and_grads(kind, score='general', **model):
+  return helpers.loss_and_grads(
+      helpers.tiny_config(kind, score, dropout=0.3, **model)
+  )
+
+
+def _run(kind, score='general', **model):
+  """(loss, gradients) of one jitted backward pass."""
+  grad, params = _loss_and_grads(kind, score, **model)
+  return jax.jit(grad)(params)
+
+
+def _assert_same_run(a, b, exact_loss):
+  (loss_a, grads_a), (loss_b, grads_b) = a, b
+  # Same forward, dropout masks included.
+  if exact_loss:
+    np.testing.assert_array_equal(loss_a, loss_b)
+  np.testing.assert_allclose(loss_a, loss_b, rtol=1e-6)
+  flat_a = jax.tree_util.tree_leaves_with_path(grads_a)
+  flat_b = jax.tree_util.tree_leaves(grads_b)
+  for (path, x), y in zip(flat_a, flat_b):
+    np.testing.assert_allclose(
+        x, y, rtol=1e-5, atol=1e-6, err_msg=jax.tree_util.keystr(path)
+    )
+
+
+def _assert_same(kind, score='general', **model):
+  _assert_same_run(
+      _run(kind, score, hoist_weight_grads=False, **model),
+      _run(kind, score, hoist_weight_grads=True, **model),
+      exact_loss=True,
+  )
+
+
+# 'global' (general score) and 'none' are decoders of VARIANTS below.
+@pytest.mark.parametrize(
+    'kind', [k for k in attention.kinds() if k not in ('global', 'none')]
+)
+def test_hoisted_gradients_equal_autodiffs_for_every_kind(kind):
+  _assert_same(kind)
+
+
+@pytest.mark.parametrize('kind,score,query,extra', VARIANTS)
+def test_hoisted_gradients_equal_autodiffs_for_every_decoder(
+    kind, score, query, extra
+):
+  _assert_same(kind, score, query=query, **dict(extra))
+
+
+def _loop_dot_shapes(jaxpr, inside=False):
+  """Output shapes of the dot_generals inside scan/while bodies."""
+  shapes = []
+  for eqn in jaxpr.eqns:
+    if eqn.primitive.name == 'dot_general' and inside:
+      shapes.append(tuple(eqn.outvars[0].aval.shape))
+    loop = eqn.primitive.name in ('scan', 'while')
+    for sub in jax.extend.core.jaxprs_in_params(eqn.params):
+      shapes += _loop_dot_shapes(sub, inside or loop)
+  return shapes
+
+
+@pytest.mark.parametrize('hoist', [False, True])
+def test_no_kernel_gradient_is_computed_inside_the_loops(hoist):
+  grad, params = _loss_and_grads(
+      'global', hoist_weight_grads=hoist, num_decoder_layers=2
+  )
+  shapes = set(_loop_dot_shapes(jax.make_jaxpr(grad)(params).jaxpr))
+  decoder = params['decoder']
+  kernels = {
+      decoder['cell']['kernel_0'].shape,
+      decoder['cell']['kernel_1'].shape,
+      decoder['combine']['kernel'].shape,
+  }
+  # Plain autodiff computes each kernel's gradient in the decoder's backward
+  # loop; hoisted, no loop has a dot of a kernel's shape.
+  assert bool(kernels & shapes) != hoist, (kernels, shapes)
+
+
+def test_project_gives_the_kernel_gradient_to_the_probe():
+  rng = np.random.default_rng(0)
+  x = jnp.asarray(rng.normal(size=(5, 3)), jnp.float32)
+  kernel = jnp.asarray(rng.normal(size=(3, 4)), jnp.float32)
+  dy = jnp.asarray(rng.normal(size=(5, 4)), jnp.float32)
+  probe = jnp.zeros((5, 4))
+
+  def f(x, kernel, probe):
+    return jnp.sum(lstm.project(x, kernel, True, probe) * dy)
+
+  dx, dkernel, dprobe = jax.grad(f, argnums=(0, 1, 2))(x, kernel, probe)
+  np.testing.assert_allclose(lstm.project(x, kernel, True), x @ kernel)
+  np.testing.assert_allclose(dx, dy @ kernel.T, rtol=1e-6)
+  np.testing.assert_array_equal(dkernel, 0)  # left to the caller
+  np.testing.assert_array_equal(dprobe, dy)  # dz: the caller's x^T dz
+
+
+def _scan_unrolls(jaxpr):
+  """The unroll of every scan in a jaxpr, nested ones included."""
+  unrolls = []
+  for eqn in jaxpr.eqns:
+    if eqn.primitive.name == 'scan':
+      unrolls.append(eqn.params['unroll'])
+    for sub in jax.extend.core.jaxprs_in_params(eqn.params):
+      unrolls += _scan_unrolls(sub)
+  return unrolls
+
+
+@pytest.mark.parametrize('kind', ['global', 'local_p', 'flexible', 'memory'])
+def test_unrolled_training_loops_give_the_same_loss_and_gradients(kind):
+  # 3 divides neither the source (7) nor the target (6) length: the
+  # remainder steps run too.
+  _assert_same_run(
+      _run(kind, scan_unroll=1), _run(kind, scan_unroll=3), exact_loss=False
+  )
+  grad, params = _loss_and_grads(kind, scan_unroll=3)
+  unrolls = _scan_unrolls(jax.make_jaxpr(grad)(params).jaxpr)
+  # The tiny model's bidirectional encoder layer (2 recurrences) and the
+  # decoder, each a forward and a backward loop, all unrolled.
+  assert unrolls == [3] * 6, unrolls

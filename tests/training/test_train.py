@@ -1,0 +1,396 @@
+"""Training pieces: loss, schedules, config validation, a few real steps."""
+
+import functools
+import os
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from nmt_jax import attention
+from nmt_jax import train
+from nmt_jax.config import defaults
+from nmt_jax.config import validation
+from nmt_jax.data.vocab import PAD
+from nmt_jax.system import errors
+from nmt_jax.training import plateau as plateau_lib
+from nmt_jax.training import progress as progress_lib
+from nmt_jax.training import steps
+from tests import conftest
+from tests import helpers
+
+
+def test_cross_entropy_matches_numpy_and_ignores_padding():
+  rng = np.random.default_rng(0)
+  logits = rng.normal(size=(2, 3, 5)).astype(np.float32)
+  targets = np.array([[1, 2, PAD], [4, PAD, PAD]])
+  loss_sum, tokens = steps.cross_entropy(
+      jnp.asarray(logits), jnp.asarray(targets)
+  )
+  logp = logits - np.log(np.exp(logits).sum(-1, keepdims=True))
+  expected = -(logp[0, 0, 1] + logp[0, 1, 2] + logp[1, 0, 4])
+  np.testing.assert_allclose(loss_sum, expected, rtol=1e-5)
+  assert tokens == 3
+
+
+def test_label_smoothing_is_zero_at_the_smoothed_target():
+  vocab, eps = 6, 0.1
+  soft = np.full(vocab, eps / (vocab - 1))
+  soft[2] = 1 - eps
+  logits = jnp.log(jnp.asarray(soft))[None, None]
+  loss_sum, _ = steps.cross_entropy(
+      logits, jnp.array([[2]]), label_smoothing=eps
+  )
+  np.testing.assert_allclose(loss_sum, 0.0, atol=1e-5)
+
+
+def test_halving_schedule_follows_shu():
+  config = defaults.get_config().train
+  config.schedule, config.learning_rate, config.halve_from_epoch = (
+      'halve',
+      1.0,
+      4,
+  )
+  schedule = steps.learning_rate_fn(config, steps_per_epoch=10)
+  # Epochs 1-3 at the full rate, halved from the start of epoch 4, again at epoch 5.
+  assert [float(schedule(s)) for s in (0, 29, 30, 39, 40)] == [
+      1.0,
+      1.0,
+      0.5,
+      0.5,
+      0.25,
+  ]
+
+
+def test_a_resumed_plateau_takes_the_checkpoints_factor(tmp_path):
+  """Without metrics.jsonl (an averaged workdir) the replay restarted the
+  factor at 1 while the optimizer applied 0.125: the next decay raised it."""
+  config = defaults.get_config().train
+  config.plateau_decay, config.plateau_patience = 0.5, 1
+  resumed = plateau_lib.resume(config, str(tmp_path), 40, scale=0.125)
+  assert resumed.scale == 0.125
+  resumed.update(42, {'bleu': 10.0})
+  decayed, _ = resumed.update(44, {'bleu': 9.0})
+  assert decayed and resumed.scale == 0.0625
+  # metrics.jsonl writes a NaN loss as 'nan'; the replay reads it back.
+  config.plateau_metric = 'loss'
+  with open(tmp_path / 'metrics.jsonl', 'w') as f:
+    f.write('{"step": 2, "split": "valid", "loss": "nan"}\n')
+    f.write('{"step": 4, "split": "valid", "loss": 3.0}\n')
+  resumed = plateau_lib.resume(config, str(tmp_path), 4, scale=1.0)
+  assert (resumed.best, resumed.best_step) == (3.0, 4)
+
+
+def test_warmup_rsqrt_schedule():
+  config = defaults.get_config().train
+  config.schedule, config.learning_rate, config.warmup_steps = (
+      'warmup_rsqrt',
+      1.0,
+      4,
+  )
+  schedule = steps.learning_rate_fn(config, steps_per_epoch=10)
+  np.testing.assert_allclose(
+      [float(schedule(s)) for s in (0, 3, 16)], [0.25, 1.0, 0.5]
+  )
+
+
+@pytest.mark.parametrize(
+    'field,value,message',
+    [
+        ('model.attention.kind', 'bogus', 'model.attention.kind'),
+        ('model.attention.score', 'dotty', 'model.attention.score'),
+        ('model.hidden_size', 0, 'model.hidden_size=0 must be > 0'),
+        ('decode.beam_size', 0, 'decode.beam_size=0 must be > 0'),
+        ('model.hidden_size', 15, 'must be even'),
+        ('train.schedule', 'cosine', 'train.schedule'),
+        ('model.dropout', 1.0, 'must be below 1'),
+        ('train.dropout_rng', 'mt19937', 'train.dropout_rng'),
+        ('train.halve_from_epoch', 0, 'train.halve_from_epoch=0 must be > 0'),
+    ],
+)
+def test_validate_rejects_bad_values(field, value, message):
+  config = defaults.get_config('tiny')
+  section, name = field.rsplit('.', 1)
+  target = config
+  for part in section.split('.'):
+    target = target[part]
+  target[name] = value
+  with pytest.raises(errors.ConfigError, match=message):
+    validation.resolve(config)
+
+
+def test_validate_derives_max_source_length():
+  config = validation.resolve(defaults.get_config('tiny'))
+  assert config.model.attention.max_source_length == config.data.max_length + 1
+
+
+def test_unknown_preset():
+  with pytest.raises(ValueError, match='unknown config preset'):
+    defaults.get_config('copyx')
+
+
+def test_presets_that_both_choose_the_data_are_refused():
+  config = defaults.get_config('copy50,chunk')
+  assert (config.data.name, config.data.max_length) == ('chunk_reverse', 50)
+  # copy sets the default data.name: copy100,copy50 was silently L = 50.
+  for arg in (
+      'chunk,copy50',
+      'chunk,wmt17_de_en',
+      'copy100,copy50',
+      'copy50,wmt17_de_en',
+      'wmt17_de_en,shu_de_en',
+  ):
+    with pytest.raises(ValueError, match='both choose the data'):
+      defaults.get_config(arg)
+
+
+def test_a_few_steps_reduce_the_loss():
+  config = helpers.tiny_config('global', 'general')
+  config.train.learning_rate = 1e-2
+  setup = train.build(config)
+  state, batches = setup.state, setup.batches
+  step = jax.jit(
+      functools.partial(
+          steps.train_step,
+          model=setup.model,
+          optimizer=setup.optimizer,
+          config=setup.config,
+      )
+  )
+  fixed = batches.batch(0)
+  losses = []
+  for _ in range(15):
+    state, metrics = step(state, fixed)
+    losses.append(float(metrics['loss_sum'] / metrics['tokens']))
+  assert losses[-1] < 0.7 * losses[0]
+  assert int(state.step) == 15
+
+
+def test_flexible_finetuning_objective_rewards_strength():
+  """The beta term is exactly -beta * mean_t g(t) over real target tokens."""
+  config = helpers.tiny_config('flexible', 'concat', query='previous')
+  setup = train.build(config)
+  batch = setup.batches.batch(0)
+  params = setup.state.params
+
+  def objective(beta):
+    cfg = setup.config.copy_and_resolve_references()
+    cfg.train.beta = beta
+
+    def loss_fn(p):
+      logits, diagnostics = setup.model.apply(
+          {'params': p},
+          batch['source'],
+          batch['target_in'],
+          train=True,
+          rngs={'dropout': jax.random.key(0)},
+      )
+      loss_sum, tokens = steps.cross_entropy(logits, batch['target_out'])
+      return loss_sum / tokens, diagnostics['strength']
+
+    nll, strength = loss_fn(params)
+    mask = batch['target_out'] != PAD
+    step = jax.jit(
+        functools.partial(
+            steps.train_step,
+            model=setup.model,
+            optimizer=setup.optimizer,
+            config=cfg,
+        )
+    )
+    return (
+        step,
+        float(nll),
+        float(np.sum(np.where(mask, strength, 0)) / mask.sum()),
+    )
+
+  plain_step, nll, mean_g = objective(0.0)
+  tuned_step, _, _ = objective(0.5)
+  grads = {}
+  for name, step in (('plain', plain_step), ('tuned', tuned_step)):
+    state, metrics = step(setup.state, batch)
+    grads[name] = state.params
+    np.testing.assert_allclose(
+        float(metrics['loss_sum'] / metrics['tokens']), nll, rtol=1e-5
+    )
+  # Same NLL reported, different updates: the strength network gets the extra gradient.
+  g_plain = grads['plain']['decoder']['attention']['strength_out']['bias']
+  g_tuned = grads['tuned']['decoder']['attention']['strength_out']['bias']
+  assert not np.allclose(g_plain, g_tuned)
+  assert 0 < mean_g < 1
+
+
+def test_beta_needs_flexible_attention():
+  config = defaults.get_config('tiny')
+  config.train.beta = 0.1
+  with pytest.raises(errors.ConfigError, match='train.beta'):
+    validation.resolve(config)
+
+
+@pytest.mark.parametrize(
+    'preset', [None, 'copy200', 'chunk', 'wmt17_de_en', 'shu_de_en']
+)
+def test_every_config_file_and_preset_validates(preset):
+  import glob  # pylint: disable=g-import-not-at-top
+
+  root = conftest.ROOT
+  files = sorted(glob.glob(os.path.join(root, 'configs', '*.py')))
+  assert len(files) == 12
+  for path in files:
+    name = os.path.basename(path)[:-3]
+    config = defaults.sibling_config(path, name, preset)
+    assert validation.resolve(config).model.attention.kind in attention.kinds()
+
+
+def test_a_readout_size_without_attention_is_refused_not_ignored():
+  # htilde_t = h_t without a context: readout_size sized nothing, and
+  # no_attention.py:shu_de_en silently had no 600-unit layer.
+  config = defaults.get_config('tiny')
+  config.model.attention.kind = 'none'
+  config.model.readout_size = 7
+  with pytest.raises(errors.ConfigError, match='output_hidden_size=7'):
+    validation.resolve(config)
+  config.model.readout = 'bahdanau_maxout'  # U_o q + V_o E y: 7 units
+  validation.resolve(config)
+  root = conftest.ROOT
+  path = os.path.join(root, 'configs', 'no_attention.py')
+  config = defaults.sibling_config(path, 'no_attention', 'shu_de_en')
+  model = validation.resolve(config).model
+  assert (model.readout_size, model.output_hidden_size) == (0, 600)
+
+
+def test_a_config_files_own_fields_win_over_its_presets():
+  root = conftest.ROOT
+  configs = os.path.join(root, 'configs')
+
+  def load(name, preset):
+    return defaults.sibling_config(os.path.join(configs, 'x.py'), name, preset)
+
+  general = load('global_general', 'rnnsearch').model
+  assert (general.attention.score, general.query) == ('general', 'previous')
+  assert not general.input_feeding
+  assert load('global_concat', 'rnnsearch').model.attention.score == 'concat'
+  assert load('memory_k64', 'tiny').model.attention.num_memory == 64
+  assert load('memory_k32', 'tiny').model.attention.num_memory == 32
+  tiny = load('memory_k64', 'tiny').model
+  assert (tiny.hidden_size, tiny.attention.position_encoding) == (16, 'none')
+
+
+@pytest.mark.parametrize('label_smoothing', [0.0, 0.1])
+def test_chunked_cross_entropy_is_the_whole_one(label_smoothing):
+  rng = np.random.default_rng(3)
+  htilde = jnp.asarray(rng.normal(size=(3, 7, 5)), jnp.float32)
+  weights = jnp.asarray(rng.normal(size=(5, 11)), jnp.float32)
+  targets = jnp.asarray(rng.integers(1, 11, size=(3, 7)))
+  targets = targets.at[0, 5:].set(PAD).at[2, 2:].set(PAD)
+
+  def whole(w):
+    return steps.cross_entropy(htilde @ w, targets, label_smoothing)[0]
+
+  def chunked(w):
+    return steps.chunked_cross_entropy(
+        lambda h: h @ w, htilde, targets, 3, label_smoothing
+    )[0]
+
+  np.testing.assert_allclose(chunked(weights), whole(weights), rtol=1e-5)
+  np.testing.assert_allclose(
+      jax.grad(chunked)(weights),
+      jax.grad(whole)(weights),
+      rtol=1e-4,
+      atol=1e-6,
+  )
+  _, tokens = steps.chunked_cross_entropy(
+      lambda h: h @ weights, htilde, targets, 3
+  )
+  assert tokens == 7 + 5 + 2
+
+
+@pytest.mark.parametrize('dropout', [0.0, 0.3])
+def test_a_train_step_with_a_chunked_loss_is_the_same_step(dropout):
+  config = helpers.tiny_config('global', 'general', dropout=dropout)
+  setup = train.build(config)
+  batch = setup.batches.batch(0)
+  results = []
+  for chunk in (0, 3):
+    cfg = setup.config.copy_and_resolve_references()
+    cfg.train.loss_chunk = chunk
+    step = jax.jit(
+        functools.partial(
+            steps.train_step,
+            model=setup.model,
+            optimizer=setup.optimizer,
+            config=cfg,
+        )
+    )
+    results.append(step(setup.state, batch))
+  (whole, whole_metrics), (chunked, chunked_metrics) = results
+  np.testing.assert_allclose(
+      chunked_metrics['loss_sum'], whole_metrics['loss_sum'], rtol=1e-5
+  )
+  np.testing.assert_allclose(
+      chunked_metrics['grad_norm'], whole_metrics['grad_norm'], rtol=1e-4
+  )
+  for a, b in zip(
+      jax.tree_util.tree_leaves(chunked.params),
+      jax.tree_util.tree_leaves(whole.params),
+  ):
+    np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-6)
+
+
+def test_dropout_masks_come_from_the_configured_generator():
+  """train.dropout_rng picks the generator; without dropout it is unused."""
+  batch = None
+  losses = {}
+  for dropout in (0.0, 0.3):
+    for rng in ('philox2x32', 'threefry2x32'):
+      config = helpers.tiny_config('global', 'general', dropout=dropout)
+      config.train.dropout_rng = rng
+      setup = train.build(config)
+      batch = setup.batches.batch(0) if batch is None else batch
+      step = functools.partial(
+          steps.train_step,
+          model=setup.model,
+          optimizer=setup.optimizer,
+          config=setup.config,
+      )
+      if dropout:
+        jaxpr = str(jax.make_jaxpr(step)(setup.state, batch))
+        other = ({'philox2x32', 'threefry2x32'} - {rng}).pop()
+        key_type = lambda impl: str(jax.random.key(0, impl=impl).dtype)
+        assert key_type(rng) in jaxpr and key_type(other) not in jaxpr
+      _, metrics = jax.jit(step)(setup.state, batch)
+      losses[dropout, rng] = float(metrics['loss_sum'])
+  assert losses[0.0, 'philox2x32'] == losses[0.0, 'threefry2x32']
+  assert losses[0.3, 'philox2x32'] != losses[0.3, 'threefry2x32']
+
+
+def test_logged_rates_leave_out_validation_but_keep_the_steps_before_it(
+    monkeypatch,
+):
+  # 10 steps of 0.1 s and 100 tokens; a 5 s validation after step 5, between
+  # two log lines: 1,000 tokens/s, not the 2,000 a clock restarted after the
+  # validation (and blind to steps 1-5) would report.
+  now = [0.0]
+  monkeypatch.setattr(progress_lib.time, 'perf_counter', lambda: now[0])
+  record = {'loss_sum': 1.0, 'tokens': 100.0, 'grad_norm': 1.0}
+  progress = progress_lib.Progress(lambda metrics: metrics)
+  for step in range(1, 11):
+    now[0] += 0.1
+    progress.push(step, record, 1)
+    if step == 5:
+      progress.flush()
+      progress.pause()
+      now[0] += 5.0
+      progress.resume()
+  progress.flush()
+  summary = progress.summary(10, 1, 100, lambda step: 1.0)
+  assert summary['tokens_per_sec'] == pytest.approx(1000.0)
+  assert progress.seconds_per_step == pytest.approx(0.1)
+
+
+def test_an_empty_choice_is_spelled_out_in_the_advice():
+  # decode.alignments is '' (off) or 'pharaoh': "use one of , pharaoh" said
+  # nothing of the first.
+  with pytest.raises(errors.ConfigError, match="use one of '', pharaoh"):
+    errors.one_of('', 'pharaoh')('decode.alignments', 'pharoah')
