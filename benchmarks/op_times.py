@@ -336,84 +336,69 @@ def table(key: str, entries: List[Dict[str, Any]]) -> List[str]:
   return lines
 
 
-# benchmarks/performance.sh's `bench ops` runs.
-PAGE_FILES = ('ops_L50.json', 'ops_greedy_L100.json')
+# The figures of a `bench ops` result that docs/performance.md shows, as the
+# {{FIGURE FILE}} placeholders of benchmarks/page/machine.md: (its key in
+# the result's 'this', format).
+_PAGE_FORMATS = {
+    'source_length': ('source_length', '{}'),
+    'padding': ('padding_fraction', '{:.1%}'),
+    'sentences': ('sentences', '{}'),
+    'step_ms': ('step_ms', '{:,.0f}'),
+    'ms_per_sentence': ('ms_per_sentence', '{:.2f}'),
+    'traced_ms': ('traced_ms_per_step', '{:,.0f}'),
+}
+PAGE_FIGURES = (
+    *_PAGE_FORMATS,
+    'length',
+    'rows',
+    'matrix_share',
+    'loops',
+    'costliest_ops',
+)
 
 
-def _headline(this: Dict[str, Any], where: str, length: int) -> str:
-  products = sum(
-      loop['share'] * loop['matrix_product_share'] for loop in this['loops']
-  )
-  share = f'{products:.0%} of that in matrix products'
-  if this.get('trace', 'train') == 'train':
-    return (
-        f"\n## Where a training step's time goes ({where}, L = {length})\n\n"
-        '`python -m benchmarks.bench ops` (benchmarks/op_times.py): training '
-        'steps of the longest length bucket (source and target '
-        f"{this['source_length']} tokens, {this['padding_fraction']:.1%} of "
-        'the target positions padding) under jax.profiler, each compiled '
-        "op's time put to the loop it runs in by its HLO metadata. "
-        f"A step took {this['step_ms']:,.0f} ms untraced and "
-        f"{this['traced_ms_per_step']:,.0f} ms of op time traced; {share}."
+def page_figure(result: Dict[str, Any], figure: str, top: int = 0) -> str:
+  """A figure of PAGE_FIGURES of a `bench ops` file, as the page shows it.
+
+  'loops' and 'costliest_ops' (the `top` costliest) are markdown tables.
+  """
+  this = result['this']
+  if figure in _PAGE_FORMATS:
+    key, form = _PAGE_FORMATS[figure]
+    return form.format(this[key])
+  if figure == 'length':
+    return str(result['config']['max_length'])
+  if figure == 'rows':  # of the batch, padding rows included
+    return str(this.get('rows', this['sentences']))
+  if figure == 'matrix_share':
+    products = sum(
+        loop['share'] * loop['matrix_product_share'] for loop in this['loops']
     )
-  flag = 'greedy' if this['trace'] == 'greedy' else 'beam'
-  return (
-      f"\n## Where {this['trace']} decoding's time goes ({where}, L = {length})"
-      f'\n\n`python -m benchmarks.bench ops --trace={flag}`: '
-      f"decoding calls on the longest batch ({this['sentences']} sentences "
-      f'{_rows(this)}of {this["source_length"]} source tokens, the search '
-      'running to the reference length), traced as above. A call took '
-      f"{this['step_ms']:,.0f} ms untraced ({this['ms_per_sentence']:.2f} "
-      f"ms per sentence) and {this['traced_ms_per_step']:,.0f} ms of op "
-      f'time traced; {share}.'
-  )
-
-
-def _rows(this) -> str:
-  """'in a batch of N rows ' when padding rows filled the batch."""
-  rows = this.get('rows', this['sentences'])
-  return f'in a batch of {rows} rows ' if rows != this['sentences'] else ''
-
-
-def page_section(out: str, where: str, top: int = 12) -> List[str]:
-  """docs/performance.md's sections on the traced runs in `out`, if any."""
-  lines = []
-  for name in PAGE_FILES:
-    path = os.path.join(out, name)
-    if os.path.exists(path):
-      with open(path) as f:
-        result = json.load(f)
-      length = result['config']['max_length']
-      lines += _section(result['this'], where, length, top)
-  return lines
-
-
-def _section(
-    this: Dict[str, Any], where: str, length: int, top: int
-) -> List[str]:
+    return f'{products:.0%}'
   unit, calls = 'step', 'calls'
   if this.get('trace', 'train') != 'train':
     unit, calls = 'call', 'runs'  # a decoding call runs its loop's ops
-  lines = [
-      _headline(this, where, length)
-      + '\n\n'
-      f'| where | ms per {unit} | share | of it in matrix products | ops |\n'
-      '|---|---:|---:|---:|---:|'
-  ]
-  lines += [
-      f"| {e['where']} | {e['ms_per_step']:,.1f} | {e['share']:.1%} "
-      f"| {e['matrix_product_share']:.0%} | {e['ops']} |"
-      for e in this['loops']
-  ]
-  lines.append(
-      f'\nThe {top} costliest ops:\n\n'
-      f'| op | where | what | ms per {unit} | {calls} per {unit} | share |\n'
-      '|---|---|---|---:|---:|---:|'
-  )
-  lines += [
-      f"| {e['op']} | {e['where']} | {e['what'] or '(no metadata)'} "
-      f"| {e['ms_per_step']:,.1f} | {e['calls_per_step']:,.0f} "
-      f"| {e['share']:.1%} |"
-      for e in this['ops'][:top]
-  ]
-  return lines
+  if figure == 'loops':
+    lines = [
+        f'| where | ms per {unit} | share | of it in matrix products | ops |',
+        '|---|---:|---:|---:|---:|',
+    ]
+    lines += [
+        f"| {e['where']} | {e['ms_per_step']:,.1f} | {e['share']:.1%} "
+        f"| {e['matrix_product_share']:.0%} | {e['ops']} |"
+        for e in this['loops']
+    ]
+    return '\n'.join(lines)
+  if figure == 'costliest_ops':
+    lines = [
+        f'| op | where | what | ms per {unit} | {calls} per {unit} | share |',
+        '|---|---|---|---:|---:|---:|',
+    ]
+    lines += [
+        f"| {e['op']} | {e['where']} | {e['what'] or '(no metadata)'} "
+        f"| {e['ms_per_step']:,.1f} | {e['calls_per_step']:,.0f} "
+        f"| {e['share']:.1%} |"
+        for e in this['ops'][:top]
+    ]
+    return '\n'.join(lines)
+  raise ValueError(f'{figure}: not one of {PAGE_FIGURES}')

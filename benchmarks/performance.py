@@ -10,29 +10,120 @@ taken per pair (repeat r of nmt_jax against repeat r of the peer, run one
 after the other on the same core), then summarised by their median and range.
 A directory whose `bench` files say `platform: gpu` (or tpu) gets sections
 named after its device, with wall-clock rates first.
+
+The page's words are markdown templates in benchmarks/page/: performance.md
+(the page), machine.md (one directory's part, once per OUT) and
+no_accelerator.md (the page's end when every OUT is a CPU's). This module
+computes what their {{key}} placeholders show (see `fill`).
 """
 
 import argparse
 import datetime
+import functools
 import glob
 import itertools
 import json
 import os
 import re
 import statistics
-from typing import Dict, List, Sequence
+from typing import Callable, Dict, List, Optional, Sequence
 
 from benchmarks import hlo
 from benchmarks import op_times
 from benchmarks import peer
-from benchmarks import performance_kinds as kinds
-from benchmarks import performance_text as text
 from benchmarks import train_speed
+
+PAGE = os.path.join(os.path.dirname(os.path.abspath(__file__)), 'page')
+_KEY = re.compile(r'\{\{(.+?)\}\}')
+
+# Training rows of a toolkit table: (file prefix, figure). The files are
+# prefix + train_L{L}_t{threads}_r{r}.json and peer_ + the same.
+TRAINING_FIGURES = (
+    ('', 'training, target tok/s'),
+    (
+        'best_',
+        (
+            'training, target tok/s, two opt-in levers: 16 fitted buckets and'
+            ' glibc keeping freed memory'
+        ),
+    ),
+)
+
+# The toolkit table's head: rates per CPU second first, or wall-clock first
+# (an accelerator).
+TOOLKIT_HEAD = {
+    'cpu': (
+        '| figure | L | nmt_jax, per CPU s | OpenNMT-py, per CPU s '
+        '| ratio per CPU s | ratio wall | notes |\n'
+        '|---|---:|---:|---:|---:|---:|---|'
+    ),
+    'wall': (
+        '| figure | L | nmt_jax, per s | OpenNMT-py, per s '
+        '| ratio wall | ratio per host CPU s | notes |\n'
+        '|---|---:|---:|---:|---:|---:|---|'
+    ),
+}
+
+
+def template(name: str) -> str:
+  """A template of benchmarks/page/, less its leading <!-- comment -->."""
+  with open(os.path.join(PAGE, name)) as f:
+    return re.sub(r'\A<!--.*?-->\n+', '', f.read(), flags=re.S)
+
+
+def fill(text: str, value: Callable[[str], Optional[str]]) -> str:
+  """`text` with each {{key}} replaced by value(key).
+
+  A key whose value is None (not measured) leaves out its table row, or
+  outside a table its `## ` section; one whose value is '' (nothing to add)
+  leaves out its table row or paragraph.
+  """
+  sections = []
+  for section in re.split(r'\n\n(?=## )', text.strip('\n')):
+    paragraphs = [_fill_lines(p, value) for p in section.split('\n\n')]
+    if None not in paragraphs and any(paragraphs):
+      sections.append('\n\n'.join(p for p in paragraphs if p))
+  return '\n\n'.join(sections)
+
+
+def _fill_lines(paragraph: str, value) -> Optional[str]:
+  """A paragraph filled; '' to leave it out, None to leave out its section."""
+  lines = []
+  for line in paragraph.split('\n'):
+    values = {key: value(key) for key in _KEY.findall(line)}
+    if not all(values.values()):
+      if line.startswith('|'):
+        continue
+      return None if None in values.values() else ''
+    for key, shown in values.items():
+      line = line.replace('{{' + key + '}}', shown)
+    lines.append(line)
+  return '\n'.join(lines)
+
+
+def files_read(platform: str = 'cpu') -> List[str]:
+  """The files machine.md's placeholders read in a `platform` directory.
+
+  Names may hold {r} (each repeat) or * (any); the toolkit tables' files
+  (TRAINING_FIGURES, decode_L*) are not among them.
+  """
+  names = set()
+  for key in _KEY.findall(template('machine.md')):
+    words = key.split()
+    if words[-1] != 'gpu' or platform != 'cpu':
+      names.update(word for word in words if word.endswith('.json'))
+  return sorted(names)
 
 
 def _load(path: str):
   with open(path) as f:
     return json.load(f)
+
+
+def _load_in(out: str, name: str):
+  """The JSON file `name` in `out`, or None where it is not."""
+  path = os.path.join(out, name)
+  return _load(path) if os.path.exists(path) else None
 
 
 def _runs(out: str, pattern: str) -> Dict[int, str]:
@@ -70,14 +161,13 @@ def _row(figure, length, ours, theirs, rate: str, notes: str, first) -> str:
   `<rate>_per_cpu_sec`); `first`: 'cpu' (per CPU second, then wall) or
   'wall' (on an accelerator: wall, then per CPU second of the host).
   """
-  pick = lambda runs, key: {r: x[key] for r, x in runs.items()}
   keys = [f'{rate}_per_cpu_sec', f'{rate}_per_sec']
   main, second = keys if first == 'cpu' else keys[::-1]
   return (
-      f'| {figure} | {length} | {_rate(pick(ours, main).values())} '
-      f'| {_rate(pick(theirs, main).values())} '
-      f'| **{_summary(_pairs(pick(ours, main), pick(theirs, main)))}** '
-      f'| {_summary(_pairs(pick(ours, second), pick(theirs, second)))} '
+      f'| {figure} | {length} | {_rate(_pick(ours, main).values())} '
+      f'| {_rate(_pick(theirs, main).values())} '
+      f'| **{_summary(_pairs(_pick(ours, main), _pick(theirs, main)))}** '
+      f'| {_summary(_pairs(_pick(ours, second), _pick(theirs, second)))} '
       f'| {notes} |'
   )
 
@@ -92,21 +182,29 @@ def _peer_train_runs(out: str, pattern: str):
   return {r: peer.train_figures([p]) for r, p in _runs(out, pattern).items()}
 
 
+def _pick(runs, key) -> Dict[int, float]:
+  """{repeat: figure `key`} of {repeat: figures}."""
+  return {r: x[key] for r, x in runs.items()}
+
+
+def _median(runs, key) -> float:
+  return statistics.median(_pick(runs, key).values())
+
+
 def training_rows(out: str, threads: int, first: str = 'cpu') -> List[str]:
   rows = []
   for (prefix, figure), length in itertools.product(
-      text.TRAINING_FIGURES, (50, 100, 200)
+      TRAINING_FIGURES, (50, 100, 200)
   ):
     name = f'{prefix}train_L{length}_t{threads}_r{{r}}.json'
     ours = _bench_runs(out, name)
     if not ours:
       continue
     theirs = _peer_train_runs(out, f'peer_{name}')
-    pad = statistics.median(x['padding_fraction'] for x in ours.values())
-    compile_s = statistics.median(x['compile_s'] for x in ours.values())
+    pad = _median(ours, 'padding_fraction')
     notes = (
         f'padding {pad:.1%} (peer {_peer_padding(theirs)}); '
-        f'compile {compile_s:.0f} s'
+        f"compile {_median(ours, 'compile_s'):.0f} s"
     )
     if first == 'wall':  # an accelerator: how many kernels the loops launch
       notes += _loop_launches(ours)
@@ -122,16 +220,14 @@ def _loop_launches(ours) -> str:
     return ''
   per_position = sum(loop['ops'] for loop in this['loop_ops'])
   ops = per_position * statistics.mean(this['bucket_lengths'])
-  micros = 1000 * statistics.median(x['step_ms'] for x in ours.values()) / ops
+  micros = 1000 * _median(ours, 'step_ms') / ops
   return f'; ~{ops:,.0f} ops in loops per step, {micros:.1f} µs each'
 
 
 def _peer_padding(theirs) -> str:
   if not theirs:
     return 'not measured'
-  return (
-      f"{statistics.median(x['padding_fraction'] for x in theirs.values()):.1%}"
-  )
+  return f"{_median(theirs, 'padding_fraction'):.1%}"
 
 
 def decoding_rows(out: str, threads: int, first: str = 'cpu') -> List[str]:
@@ -148,14 +244,19 @@ def decoding_rows(out: str, threads: int, first: str = 'cpu') -> List[str]:
               out, f'peer_decode_L{length}_b{beam}_t{threads}_r{{r}}.json'
           ).items()
       }
-      compile_s = statistics.median(x['compile_s'] for x in ours.values())
       figure = f'decoding {label}, sent/s'
-      notes = f'compile {compile_s:.0f} s'
+      notes = f"compile {_median(ours, 'compile_s'):.0f} s"
       ops = hlo.most_ops(next(iter(ours.values())))
       if ops:
         notes += f'; {ops} ops per search step'
       rows.append(_row(figure, length, ours, theirs, 'sentences', notes, first))
   return rows
+
+
+def _toolkit_table(out: str, threads: int, first: str) -> Optional[str]:
+  """The table of nmt_jax against OpenNMT-py on `threads` threads."""
+  rows = training_rows(out, threads, first) + decoding_rows(out, threads, first)
+  return '\n'.join([TOOLKIT_HEAD[first], *rows]) if rows else None
 
 
 def _decode_pairs(this, other) -> List[float]:
@@ -166,96 +267,161 @@ def _decode_pairs(this, other) -> List[float]:
   )
 
 
-def lever_rows(out: str, levers=text.LEVERS) -> List[str]:
-  """Each lever's speedup from a `bench --compare` run (this / default)."""
-  rows = []
-  for name, what in levers:
-    path = os.path.join(out, name)
-    if not os.path.exists(path):
-      rows.append(f'| {what} | not measured | |')
-      continue
-    result = _load(path)
-    speedup = result.get('speedup', {})
-    this, other = result['this'], result['other']
-    if 'tokens_per_sec' in speedup:
-      # Repetitions alternate: run i of each config is a pair.
-      pairs = _pairs(
-          dict(enumerate(this['tokens_per_sec_runs'])),
-          dict(enumerate(other['tokens_per_sec_runs'])),
-      )
-      shown = f'x{_summary(pairs)} target tok/s'
-      notes = (
-          f"{this['tokens_per_sec']:,.0f} vs {other['tokens_per_sec']:,.0f} "
-          f"tok/s; padding {this['padding_fraction']:.1%} vs "
-          f"{other['padding_fraction']:.1%}; compile {this['compile_s']:.0f} "
-          f"vs {other['compile_s']:.0f} s"
-      )
-      if 'loop_ops' in this and 'loop_ops' in other:
-        notes += (
-            '; ops/matrix products per step of the two largest loops '
-            f"{hlo.largest(this['loop_ops'])} vs "
-            f"{hlo.largest(other['loop_ops'])}"
-        )
-    else:
-      shown = ', '.join(
-          f'{k} x{_summary(_decode_pairs(this[k], other[k]))}' for k in speedup
-      )
-      notes = ', '.join(
-          f"{k} {this[k]['ms_per_sentence']:#.3g} vs "
-          f"{other[k]['ms_per_sentence']:#.3g} ms/sent"
-          for k in speedup
-      )
-      notes += f'; {text.decode_batching(result)}'
-    rows.append(f'| {what} | {shown} | {notes} |')
-  return rows
+def _batching(result) -> str:
+  """A `bench decode --compare` file's batches and day.
+
+  Files from before `bench decode --sentences_per_batch` lack the field:
+  their beam search decoded `decode.batch_size` hypotheses per batch.
+  """
+
+  def sentences(side):
+    modes = [m for m in result[side].values() if isinstance(m, dict)]
+    counts = {m.get('sentences_per_batch') for m in modes}
+    return counts.pop() if len(counts) == 1 else None
+
+  this, other = sentences('this'), sentences('other')
+  day = result.get('date', 'undated')
+  if this is None or other is None:
+    return f'beam search in batches of `decode.batch_size` hypotheses ({day})'
+  if this != other:
+    return f'{this} vs {other} sentences per batch ({day})'
+  return f'{this} sentences per batch in every mode ({day})'
 
 
-def _pick(runs, key) -> Dict[int, float]:
-  """{repeat: figure `key`} of {repeat: figures}."""
-  return {r: x[key] for r, x in runs.items()}
-
-
-def _median(runs, key) -> float:
-  return statistics.median(_pick(runs, key).values())
-
-
-def process_lever_rows(out: str) -> List[str]:
-  """Speedups of the levers set per process, per pair of processes."""
-  rows = []
-  for on_pattern, off_pattern, what, whose in text.PROCESS_LEVERS:
-    read = _peer_train_runs if whose == 'peer' else _bench_runs
-    on, off = read(out, on_pattern), read(out, off_pattern)
-    if not on or not off:
-      rows.append(f'| {what} | not measured | |')
-      continue
-    wall = _pairs(_pick(on, 'tokens_per_sec'), _pick(off, 'tokens_per_sec'))
-    cpu = _pairs(
-        _pick(on, 'tokens_per_cpu_sec'), _pick(off, 'tokens_per_cpu_sec')
+def _lever(out: str, name: str) -> str:
+  """'speedup | figures' of a `bench --compare` file (this / default)."""
+  result = _load_in(out, name)
+  if result is None:
+    return 'not measured |'
+  speedup = result.get('speedup', {})
+  this, other = result['this'], result['other']
+  if 'tokens_per_sec' in speedup:
+    # Repetitions alternate: run i of each config is a pair.
+    pairs = _pairs(
+        dict(enumerate(this['tokens_per_sec_runs'])),
+        dict(enumerate(other['tokens_per_sec_runs'])),
     )
-    shown = (
-        f'x{_summary(wall)} target tok/s, x{_summary(cpu)} per CPU s'
-        f' ({len(wall)} pairs of processes)'
-    )
+    shown = f'x{_summary(pairs)} target tok/s'
     notes = (
-        f"{_median(on, 'tokens_per_sec'):,.0f} vs"
-        f" {_median(off, 'tokens_per_sec'):,.0f} tok/s; "
+        f"{this['tokens_per_sec']:,.0f} vs {other['tokens_per_sec']:,.0f} "
+        f"tok/s; padding {this['padding_fraction']:.1%} vs "
+        f"{other['padding_fraction']:.1%}; compile {this['compile_s']:.0f} "
+        f"vs {other['compile_s']:.0f} s"
     )
-    if whose == 'bench':
+    if 'loop_ops' in this and 'loop_ops' in other:
       notes += (
-          f"CPU time in the kernel {_median(on, 'kernel_cpu_fraction'):.1%}"
-          f" vs {_median(off, 'kernel_cpu_fraction'):.1%}; "
+          '; ops/matrix products per step of the two largest loops '
+          f"{hlo.largest(this['loop_ops'])} vs "
+          f"{hlo.largest(other['loop_ops'])}"
       )
-    notes += (
-        f"peak RSS {_median(on, 'peak_rss_mb'):,.0f} vs"
-        f" {_median(off, 'peak_rss_mb'):,.0f} MB"
+  else:
+    shown = ', '.join(
+        f'{k} x{_summary(_decode_pairs(this[k], other[k]))}' for k in speedup
     )
-    rows.append(f'| {what} | {shown} | {notes} |')
-  return rows
+    notes = ', '.join(
+        f"{k} {this[k]['ms_per_sentence']:#.3g} vs "
+        f"{other[k]['ms_per_sentence']:#.3g} ms/sent"
+        for k in speedup
+    )
+    notes += f'; {_batching(result)}'
+  return f'{shown} | {notes}'
 
 
-def memory_rows(out: str) -> List[str]:
+def _processes(out: str, on_pattern: str, off_pattern: str) -> str:
+  """'speedup | figures' of a lever set per process, per pair of processes."""
+  whose = 'peer' if on_pattern.startswith('peer_') else 'bench'
+  read = _peer_train_runs if whose == 'peer' else _bench_runs
+  on, off = read(out, on_pattern), read(out, off_pattern)
+  if not on or not off:
+    return 'not measured |'
+  wall = _pairs(_pick(on, 'tokens_per_sec'), _pick(off, 'tokens_per_sec'))
+  cpu = _pairs(
+      _pick(on, 'tokens_per_cpu_sec'), _pick(off, 'tokens_per_cpu_sec')
+  )
+  shown = (
+      f'x{_summary(wall)} target tok/s, x{_summary(cpu)} per CPU s'
+      f' ({len(wall)} pairs of processes)'
+  )
+  notes = (
+      f"{_median(on, 'tokens_per_sec'):,.0f} vs"
+      f" {_median(off, 'tokens_per_sec'):,.0f} tok/s; "
+  )
+  if whose == 'bench':
+    notes += (
+        f"CPU time in the kernel {_median(on, 'kernel_cpu_fraction'):.1%}"
+        f" vs {_median(off, 'kernel_cpu_fraction'):.1%}; "
+    )
+  notes += (
+      f"peak RSS {_median(on, 'peak_rss_mb'):,.0f} vs"
+      f" {_median(off, 'peak_rss_mb'):,.0f} MB"
+  )
+  return f'{shown} | {notes}'
+
+
+def _attention(result) -> str:
+  """The table of an attention comparison: ms per sentence, per mode."""
+  this_name = result['config']['attention']
+  other_name = result['compare_config']['attention']
+  rows = [
+      f'| mode | {this_name} ms/sent | {other_name} ms/sent '
+      f'| {this_name} speedup, per pair |\n|---|---:|---:|---:|'
+  ]
+  for label in result.get('speedup', {}):
+    this, other = result['this'][label], result['other'][label]
+    rows.append(
+        f"| {label} | {this['ms_per_sentence']:#.3g} "
+        f"| {other['ms_per_sentence']:#.3g} "
+        f'| x{_summary(_decode_pairs(this, other))} |'
+    )
+  return '\n'.join(rows)
+
+
+def _search_ops(result) -> str:
+  """Ops per search step of both sides of an attention comparison."""
+  this_name = result['config']['attention']
+  other_name = result['compare_config']['attention']
+  ops = []
+  for label in result.get('speedup', {}):
+    this, other = result['this'][label], result['other'][label]
+    if hlo.most_ops(this) and hlo.most_ops(other):
+      ops.append(
+          f'{label} {this_name} {hlo.most_ops(this)} vs {other_name}'
+          f' {hlo.most_ops(other)}'
+      )
+  return '; '.join(ops)
+
+
+def _cold_warm(result, key: str) -> Optional[str]:
+  """'cold | warm | warm / cold' of a `bench startup` figure."""
+  if key not in result['this']['cold_runs'][0]:
+    return None  # an older `bench startup` file lacks this figure
+  cold = [run[key] for run in result['this']['cold_runs']]
+  warm = [run[key] for run in result['this']['warm_runs']]
+  if 'files' in key:
+    return f'{max(cold)} | {max(warm)} |'
+  return (
+      f'{_summary(cold, 1)} | {_summary(warm, 1)} '
+      f'| {_summary([w / c for w, c in zip(warm, cold)])}'
+  )
+
+
+def _op_figure(figure: str, result, top: str = '0') -> str:
+  return op_times.page_figure(result, figure, int(top))
+
+
+def _first_step(out: str, pattern: str) -> str:
+  """Seconds OpenNMT-py's training wrapper took to its first step."""
+  starts = [
+      _load(p)['summary'].get('first_step_start_after_s')
+      for p in _runs(out, pattern).values()
+  ]
+  starts = [s for s in starts if s is not None]
+  return _summary(starts, 1) if starts else ''
+
+
+def _memory_rows(out: str, pattern: str) -> Optional[str]:
   rows = []
-  for path in sorted(glob.glob(os.path.join(out, 'train_memory_chunk*.json'))):
+  for path in sorted(glob.glob(os.path.join(out, pattern))):
     m = _load(path)['this']  # before 2026-11-27: not donated, no peak_mb
     peak = m.get('peak_mb', m['temp_mb'] + m['arguments_mb'] + m['outputs_mb'])
     rows.append(
@@ -263,7 +429,29 @@ def memory_rows(out: str) -> List[str]:
         f"| {m['temp_mb']:,.0f} | {m['arguments_mb']:,.0f} | {peak:,.0f} "
         f"| {m['logits_mb']:,.0f} |"
     )
-  return rows
+  return '\n'.join(rows) or None
+
+
+# machine.md's {{NAME FILE ...}}: NAME's function of FILE's JSON, and ARGS
+# after FILE (a missing FILE: None, its section left out).
+OF_FILE = {
+    'batches': _batching,
+    'attention': _attention,
+    'search_ops': _search_ops,
+    'steps': lambda result: str(result['this']['steps']),
+    'cold_warm': _cold_warm,
+    **{
+        figure: functools.partial(_op_figure, figure)
+        for figure in op_times.PAGE_FIGURES
+    },
+}
+# {{NAME ARGS}} whose NAME's function reads the directory: function(out, ARGS).
+OF_DIRECTORY = {
+    'lever': _lever,
+    'processes': _processes,
+    'first_step': _first_step,
+    'memory_rows': _memory_rows,
+}
 
 
 def _platform(out: str):
@@ -304,124 +492,61 @@ def _measured(out: str) -> str:
   return (day or datetime.date.today()).isoformat()
 
 
-def startup_section(out: str) -> List[str]:
-  """Seconds to the first step and translation, cold and warm cache."""
-  path = os.path.join(out, text.STARTUP_FILE)
+def _notes(out: str) -> str:
+  """What the runs' author saw, kept beside them in notes.md."""
+  path = os.path.join(out, 'notes.md')
   if not os.path.exists(path):
-    return []
-  this = _load(path)['this']
-  rows = [
-      '\n## Compilation cache: the first training step and translation'
-      f' (L = 50)\n\n{text.STARTUP.format(steps=this["steps"])}\n\n'
-      '| | empty cache (cold) | filled cache (warm) | warm / cold |\n'
-      '|---|---:|---:|---:|'
-  ]
-  for key, what in text.STARTUP_ROWS:
-    if key not in this['cold_runs'][0]:
-      continue  # an older `bench startup` file lacks this figure
-    cold = [run[key] for run in this['cold_runs']]
-    warm = [run[key] for run in this['warm_runs']]
-    if 'files' in key:
-      rows.append(f'| {what} | {max(cold)} | {max(warm)} | |')
-      continue
-    rows.append(
-        f'| {what} | {_summary(cold, 1)} | {_summary(warm, 1)} '
-        f'| {_summary([w / c for w, c in zip(warm, cold)])} |'
-    )
-  peer_paths = _runs(out, 'peer_train_L50_t1_r{r}.json').values()
-  starts = [
-      _load(p)['summary'].get('first_step_start_after_s') for p in peer_paths
-  ]
-  starts = [s for s in starts if s is not None]
-  if starts:
-    rows.append('\n' + text.STARTUP_PEER.format(seconds=_summary(starts, 1)))
-  return rows
+    return ''
+  with open(path) as f:
+    return f.read().strip()
 
 
-def kind_sections(out: str, where: str) -> List[str]:
-  parts = []
-  for name, title, what in kinds.KINDS + kinds.GPU_KINDS:
-    path = os.path.join(out, name)
-    if not os.path.exists(path):
-      continue
-    result = _load(path)
-    this_name = result['config']['attention']
-    other_name = result['compare_config']['attention']
-    parts.append(
-        f'\n## Attention: {title} ({where})\n\n{what} Batches:'
-        f' {text.decode_batching(result)}.\n\n'
-        f'| mode | {this_name} ms/sent | {other_name} ms/sent '
-        f'| {this_name} speedup, per pair |\n|---|---:|---:|---:|'
-    )
-    ops = []
-    for label in result.get('speedup', {}):
-      this, other = result['this'][label], result['other'][label]
-      parts.append(
-          f"| {label} | {this['ms_per_sentence']:#.3g} "
-          f"| {other['ms_per_sentence']:#.3g} "
-          f'| x{_summary(_decode_pairs(this, other))} |'
-      )
-      if hlo.most_ops(this) and hlo.most_ops(other):
-        ops.append(
-            f'{label} {this_name} {hlo.most_ops(this)} vs {other_name}'
-            f' {hlo.most_ops(other)}'
-        )
-    if ops:
-      parts.append(f"\n{text.SEARCH_OPS}: {'; '.join(ops)}.")
-  return parts
-
-
-def sections(out: str) -> List[str]:
-  """The sections of one directory of runs (one machine)."""
+def machine(out: str) -> str:
+  """One directory of runs' part of the page: machine.md filled."""
   platform, device, jax_version = _platform(out)
   on_cpu = platform == 'cpu'
-  machine = _cpu_name(out) if on_cpu else f'{platform.upper()} {device}'
-  parts = [f'Measured {_measured(out)} on {machine}; JAX {jax_version}.\n']
-  notes = os.path.join(out, 'notes.md')
-  if os.path.exists(notes):  # what the runs' author saw, kept beside them
-    with open(notes) as f:
-      parts.append(f.read().strip() + '\n')
-  runs = [(1, 'CPU, one thread' if on_cpu else f'{platform.upper()}, {device}')]
+  first = 'cpu' if on_cpu else 'wall'
   found = glob.glob(os.path.join(out, 'train_L50_t*_r1.json'))
   counts = sorted(int(re.search(r'_t(\d+)_', p).group(1)) for p in found)
-  if on_cpu and counts and counts[-1] > 1:
-    runs.append((counts[-1], f'CPU, all cores ({counts[-1]} threads)'))
-  first = 'cpu' if on_cpu else 'wall'
-  for threads, title in runs:
-    rows = training_rows(out, threads, first) + decoding_rows(
-        out, threads, first
-    )
-    if rows:  # a machine that ran levers only has no toolkit table
-      parts.extend([f'## {title}\n\n{text.TABLE_HEAD[first]}', *rows, ''])
-  where = runs[0][1]
-  parts.append(
-      f'## Levers, each alone ({where}, L = 50)\n\n'
-      'Each against the default config in the same process, alternating '
-      'repetitions (`bench --compare`); speedup = the lever on / off, per '
-      'pair of repetitions: median [min - max].\n\n'
-      '| lever | speedup | figures |\n|---|---:|---|'
-  )
-  levers = text.LEVERS + (() if on_cpu else text.GPU_LEVERS)
-  parts.extend(lever_rows(out, levers) + process_lever_rows(out))
-  parts.extend(kind_sections(out, where))
-  parts.extend(op_times.page_section(out, where))
-  parts.extend(startup_section(out))
-  memory = memory_rows(out)
-  if memory:
-    parts.append(text.MEMORY)
-    parts.extend(memory)
-  return parts
+  cores = counts[-1] if on_cpu and counts and counts[-1] > 1 else None
+  figures = {
+      'measured': _measured(out),
+      'machine': _cpu_name(out) if on_cpu else f'{platform.upper()} {device}',
+      'jax': jax_version,
+      'notes': _notes(out),
+      'where': 'CPU, one thread' if on_cpu else f'{platform.upper()}, {device}',
+      'cores': cores and str(cores),
+      'toolkit_table': _toolkit_table(out, 1, first),
+      'toolkit_table all_cores': cores and _toolkit_table(out, cores, first),
+  }
+
+  def value(key: str) -> Optional[str]:
+    if key in figures:
+      return figures[key]
+    name, *args = key.split()
+    if args[-1:] == ['gpu']:  # only an accelerator's runs
+      if on_cpu:
+        return None
+      args = args[:-1]
+    if name in OF_DIRECTORY:
+      return OF_DIRECTORY[name](out, *args)
+    if name not in OF_FILE:
+      raise ValueError(f'machine.md: no figure {name} in {{{{{key}}}}}')
+    result = _load_in(out, args[0])
+    return None if result is None else OF_FILE[name](result, *args[1:])
+
+  return fill(template('machine.md'), value)
 
 
 def page(outs: Sequence[str]) -> str:
   """The page's markdown from the JSON files in each directory of `outs`."""
-  parts = [text.HEADER]
-  for out in outs:
-    parts.extend(sections(out))
-    parts.append('')
+  figures = {
+      'machines': '\n\n'.join(machine(out) for out in outs),
+      'no_accelerator': '',
+  }
   if all(_platform(out)[0] == 'cpu' for out in outs):
-    parts.append(text.NO_ACCELERATOR)
-  return '\n'.join(parts)
+    figures['no_accelerator'] = template('no_accelerator.md').strip('\n')
+  return fill(template('performance.md'), figures.__getitem__) + '\n'
 
 
 def main(argv=None):

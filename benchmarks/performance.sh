@@ -13,8 +13,9 @@
 # Every timed run is pinned to core $CORE (default 0) and the toolkits
 # alternate, so drifting load on a shared machine reaches both alike. JSON
 # files go to OUT, and the page is written from them
-# (`python -m benchmarks.performance OUT --output=...`). --dry-run prints
-# the commands instead, after the `cd` to the repository root they need.
+# (`python -m benchmarks.performance OUT --output=...`, its words from
+# benchmarks/page/*.md). --dry-run prints the commands instead, after the
+# `cd` to the repository root they need.
 # REPEATS (3) pairs per figure; PARTS (default "train decode all levers
 # startup page") runs some parts only, and ONLY (names of runs, as in OUT)
 # some runs only. ~2 h on 2 cores. A training

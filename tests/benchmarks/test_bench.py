@@ -8,7 +8,6 @@ import pytest
 from benchmarks import data_speed
 from benchmarks import decode_speed
 from benchmarks import performance
-from benchmarks import performance_text
 from benchmarks import startup
 from benchmarks import train_speed as bench_lib
 from nmt_jax import data
@@ -417,7 +416,7 @@ def test_the_performance_page_pairs_runs_and_reports_the_median_ratio(
 
 
 def test_the_performance_page_pairs_processes_of_a_process_lever(tmp_path):
-  on, off, *_ = performance_text.PROCESS_LEVERS[0]
+  on, off = 'lever_keep_memory_on_r{r}.json', 'lever_keep_memory_off_r{r}.json'
   for r, (faster, slower) in enumerate([(1200.0, 1000.0), (900.0, 1000.0)], 1):
     for name, rate, kernel in ((on, faster, 0.0), (off, slower, 0.2)):
       this = {
@@ -552,8 +551,26 @@ def test_the_performance_page_shows_a_gpu_run_by_wall_clock(tmp_path):
   assert '**0.67**' in row(cpu_section)
   assert '**2.00**' in row(gpu_section) and '| 0.67 |' in row(gpu_section)
   assert 'ratio wall | ratio per host CPU s' in gpu_section
+  # The levers only a GPU can show are left out of a CPU's table.
+  levers = [s for s in sections if s.startswith('Levers, each alone')]
+  assert len(levers) == 2 and 'CUDA graphs' not in levers[0]
+  assert '| search loops as CUDA graphs' in levers[1]
   assert 'no accelerator was available' not in text
   assert 'no accelerator was available' in performance.page([str(cpu)])
+
+
+def test_the_performance_page_template_leaves_out_what_is_not_there():
+  template = (
+      'Top {{a}}.\n\n{{empty}}\n\n## One\n\n| x | y |\n|---|---|\n'
+      '| a | {{a}} |\n| b | {{none}} |\n| c | {{empty}} |\n\n'
+      'Of {{empty}}.\n\n## Two {{none}}\n\nGone.\n\n## Three\n\nKept {{a}}.\n'
+  )
+  values = {'a': '1', 'empty': '', 'none': None}
+  # None: its table row or its section; '': its table row or paragraph.
+  assert performance.fill(template, values.__getitem__) == (
+      'Top 1.\n\n## One\n\n| x | y |\n|---|---|\n| a | 1 |\n\n'
+      '## Three\n\nKept 1.'
+  )
 
 
 def test_bench_startup_warm_runs_compile_nothing_new(tmp_path):
@@ -627,7 +644,7 @@ def test_the_performance_page_shows_cold_and_warm_startup(tmp_path):
           'warm_runs': [run(4.0, 0), run(3.0, 0)],
       },
   }
-  (tmp_path / performance_text.STARTUP_FILE).write_text(json.dumps(result))
+  (tmp_path / 'startup_L50.json').write_text(json.dumps(result))
   for r, seconds in ((1, 13.0), (2, 15.0)):
     path = tmp_path / f'peer_train_L50_t1_r{r}.json'
     write_peer_train(path, 1000.0, 1.0)

@@ -1,15 +1,14 @@
 """benchmarks/performance.sh and peer_setup.sh: the runs they make (--dry-run)
 and the files the performance page reads."""
 
+import fnmatch
 import os
 import re
 import shlex
 import subprocess
 import sys
 
-from benchmarks import op_times
-from benchmarks import performance_kinds
-from benchmarks import performance_text
+from benchmarks import performance
 from tests import conftest
 
 ROOT = conftest.ROOT
@@ -128,31 +127,31 @@ def test_the_script_writes_every_file_the_performance_page_reads(tmp_path):
   )
   assert result.returncode == 0, result.stderr
   written = set(re.findall(r'--json[= ]\S*/(\w+\.json)', result.stdout))
-  read = [
-      entry[0] for entry in performance_text.LEVERS + performance_kinds.KINDS
-  ] + [performance_text.STARTUP_FILE, *op_times.PAGE_FILES]
-  for on, off, *_ in performance_text.PROCESS_LEVERS:  # 3 pairs (REPEATS)
-    read += [name.format(r=r) for name in (on, off) for r in (1, 2, 3)]
-  for prefix, _ in performance_text.TRAINING_FIGURES[1:]:  # one thread
+  read = []
+  for name in performance.files_read('cpu'):
+    if '*' in name:  # a glob: a written file matches it
+      assert fnmatch.filter(written, name), name
+    else:  # {r}: each of 3 pairs (REPEATS)
+      read += sorted({name.format(r=r) for r in (1, 2, 3)})
+  for prefix, _ in performance.TRAINING_FIGURES[1:]:  # one thread
     read += [
         f'{p}{prefix}train_L{length}_t1_r{r}.json'
         for p in ('', 'peer_')
         for length in (50, 100)
         for r in (1, 2, 3)
     ]
-  assert len(read) == 55 and set(read) <= written, set(read) - written
+  assert len(read) == 58 and set(read) <= written, set(read) - written
   preloaded = [
       line for line in result.stdout.splitlines() if 'LD_PRELOAD' in line
   ]
   assert len(preloaded) == 6  # nmt_jax and OpenNMT-py, 3 runs each
-  gpu_only = [
-      entry[0]
-      for entry in performance_text.GPU_LEVERS + performance_kinds.GPU_KINDS
-  ]
-  assert len(gpu_only) == 9 and not set(gpu_only) & written
+  gpu_only = set(performance.files_read('gpu')) - set(
+      performance.files_read('cpu')
+  )
+  assert len(gpu_only) == 9 and not gpu_only & written
   on_gpu = _performance_dry_run(tmp_path, PARTS='levers', PLATFORM='gpu')
   assert on_gpu.returncode == 0, on_gpu.stderr
-  assert set(gpu_only) <= set(
+  assert gpu_only <= set(
       re.findall(r'--json[= ]\S*/(\w+\.json)', on_gpu.stdout)
   )
   # The option reaches both sides of each graphs-against-graphs comparison.

@@ -316,7 +316,7 @@ def test_process_0_builds_the_vocabulary_the_others_read_it(tmp_path):
       f'--config={CONFIG}',
       f'--workdir={workdir}',
       (
-          f'--config.data.name=text:{os.path.join(ROOT, "tests", "data", "numbers")}'
+          f'--config.data.name=text:{os.path.join(ROOT, "tests", "corpora", "numbers")}'
       ),
       '--config.data.max_length=60',
       '--config.data.vocab.kind=sentencepiece',
