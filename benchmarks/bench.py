@@ -53,6 +53,7 @@ from benchmarks import peer
 from benchmarks import startup
 from benchmarks import train_speed
 from nmt_jax import attention
+from nmt_jax.config import cli_flags
 from nmt_jax.system import allocator
 from nmt_jax.system import errors
 from nmt_jax.workdir import writers
@@ -322,6 +323,7 @@ def add_peer(result: Dict[str, Any], command: str, paths):
 
 
 def main(argv):
+  cli_flags.show_library_warnings_only()
   if len(argv) != 2 or argv[1] not in (
       'train',
       'decode',

@@ -23,6 +23,7 @@ from absl import logging
 import jax
 import numpy as np
 
+from nmt_jax.config import cli_flags
 from nmt_jax.system import errors
 from nmt_jax.system import parallel
 from nmt_jax.workdir import checkpoint
@@ -225,6 +226,7 @@ def average_checkpoints(
 
 
 def main(argv):
+  cli_flags.show_library_warnings_only()
   std_logging.getLogger('absl').addFilter(writers.QuietLibraries())
   if len(argv) > 1:
     raise app.UsageError(f'unexpected arguments: {" ".join(argv[1:])}')

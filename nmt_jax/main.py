@@ -1,19 +1,15 @@
-"""nmt_jax command line.
+"""nmt_jax command line: train, evaluate, translate, score, prepare a corpus.
 
-  python -m nmt_jax.main --config=configs/memory_k64.py \
-      --workdir=runs/memory_k64
+  python -m nmt_jax.main --config=configs/memory_k64.py --workdir=runs/k64
   python -m nmt_jax.main --config=... --workdir=... --mode=eval
-  echo "a b c" | python -m nmt_jax.main --config=... --workdir=... \
+  echo "a b c" | python -m nmt_jax.main --config=... --workdir=... \\
       --mode=translate
-  python -m nmt_jax.main --config=... --workdir=A,B --mode=score \
+  python -m nmt_jax.main --config=... --workdir=A,B --mode=score \\
       --source=src.txt --target=tgt.txt
 
---workdir=A,B (eval, translate, score) decodes with an ensemble.
-
-Config values are overridden with --config.<field>=<value>, presets chosen
-with a config string argument (configs/global_general.py:copy100).
-The logic lives in importable modules (train.py, evaluation.py); this file
-parses flags.
+--workdir=A,B (eval, translate, score) decodes with an ensemble. The same
+command resumes an interrupted training run. The logic lives in importable
+modules (train.py, inference.py); this file parses flags.
 """
 
 import logging as std_logging
@@ -30,8 +26,8 @@ from ml_collections import config_flags
 
 from nmt_jax import inference
 from nmt_jax import train
+from nmt_jax.config import cli_flags
 from nmt_jax.config import compiler_options
-from nmt_jax.system import cli_flags
 from nmt_jax.system import compile_cache
 from nmt_jax.system import errors
 from nmt_jax.system import parallel
@@ -39,7 +35,10 @@ from nmt_jax.training import preemption
 from nmt_jax.workdir import writers
 
 _CONFIG = config_flags.DEFINE_config_file(
-    'config', None, 'Experiment config file.', lock_config=True
+    'config',
+    None,
+    'Experiment config file, path[:presets] (the lists above).',
+    lock_config=True,
 )
 _WORKDIR = flags.DEFINE_string(
     'workdir',
@@ -304,6 +303,7 @@ def _take_stdout():
 
 
 def main(argv):
+  cli_flags.show_library_warnings_only()
   std_logging.getLogger('absl').addFilter(writers.QuietLibraries())
   if len(argv) > 1:
     raise app.UsageError(f'unexpected arguments: {" ".join(argv[1:])}')
@@ -356,4 +356,5 @@ def _interrupted_message(mode: str, workdir: str) -> str:
 
 
 if __name__ == '__main__':
+  __doc__ += cli_flags.config_help()  # what --help prints
   app.run(main, flags_parser=cli_flags.parse_flags)

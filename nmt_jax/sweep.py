@@ -1,26 +1,26 @@
 """Sweeps: run a grid of experiments, aggregate workdirs, sweep flexible's tau.
 
   # A product grid over one config (runs one after another on this machine):
-  python -m nmt_jax.sweep run --config=configs/memory_k64.py --root=runs/k \
-      --grid=model.attention.num_memory=1,4,16 \
+  python -m nmt_jax.sweep run --config=configs/memory_k64.py --root=runs/k \\
+      --grid=model.attention.num_memory=1,4,16 \\
       --grid=model.attention.position_encoding=none,renorm
 
   # A sweep file (configs/sweeps/*.py: get_sweep(arg) -> runs); --dry_run
   # prints one command per run instead, for a cluster's job array;
   # --shard=i/n runs every n-th; --only=PATTERN,... keeps the runs whose names
   # match (shell patterns).
-  python -m nmt_jax.sweep run --sweep=configs/sweeps/britz_copy.py:20 \
+  python -m nmt_jax.sweep run --sweep=configs/sweeps/britz_copy.py:20 \\
       --root=runs/britz
 
   # Workdirs (or every workdir under a root) -> CSV and markdown table;
   # --pivot=L adds one row per model with BLEU and decoding time under each L
   # (Britz et al.'s Table 1).
-  python -m nmt_jax.sweep aggregate --root=runs/britz \
+  python -m nmt_jax.sweep aggregate --root=runs/britz \\
       --csv=runs/britz/results.csv --markdown=runs/britz/results.md --pivot=L
 
   # Flexible attention: evaluate one trained model at several tau (writes
   # <workdir>/tau_sweep.json).
-  python -m nmt_jax.sweep tau --config=configs/flexible.py:chunk \
+  python -m nmt_jax.sweep tau --config=configs/flexible.py:chunk \\
       --workdir=runs/flexible
 
 Runs that trained to their end and were evaluated are skipped, so re-running
@@ -43,11 +43,9 @@ from ml_collections import config_flags
 from nmt_jax.analysis import runs as runs_lib
 from nmt_jax.analysis import sweep_runs
 from nmt_jax.analysis import tau_sweep
-from nmt_jax.system import cli_flags
+from nmt_jax.config import cli_flags
 from nmt_jax.system import compile_cache
 from nmt_jax.system import errors
-
-COMMANDS = ('run', 'aggregate', 'tau')
 
 _CONFIG = config_flags.DEFINE_config_file(
     'config',
@@ -134,121 +132,135 @@ def _common_overrides() -> Dict[str, object]:
   return dict(sweep_runs.parse_assignment(text, 'set') for text in _SET.value)
 
 
+def run_runs():
+  """`run`: a grid over one config, or a sweep file, run one after another."""
+  if not _ROOT.value:
+    raise errors.ConfigError(
+        "run needs --root=DIR, the parent of the runs' workdirs"
+    )
+  given_config = _CONFIG.value is not None or bool(_GRID.value)
+  if bool(_SWEEP.value) == bool(_CONFIG.value is not None and _GRID.value):
+    raise errors.ConfigError(
+        'run needs either --sweep=FILE[:arg] or --config=FILE with '
+        '--grid=field=v1,v2 (not both)'
+    )
+  if _SWEEP.value and given_config:  # they would be dropped silently
+    raise errors.ConfigError(
+        '--sweep=FILE names its own configs and grid; drop --config and'
+        ' --grid (override fields of every run with --set=field=value)'
+    )
+  if _SWEEP.value:
+    runs = sweep_runs.load_sweep(_SWEEP.value, _common_overrides())
+  else:
+    flag = flags.FLAGS['config']
+    overrides = dict(config_flags.get_override_values(flag))
+    runs = sweep_runs.grid_runs(
+        config_flags.get_config_filename(flag),
+        _GRID.value,
+        {**overrides, **_common_overrides()},
+    )
+  if _ONLY.value:
+    runs = sweep_runs.select_runs(runs, _ONLY.value)
+  runs = sweep_runs.shard(runs, _SHARD.value)
+  sweep_runs.check_overrides(runs)
+  failed = sweep_runs.run_sweep(runs, _ROOT.value, _DRY_RUN.value, _MODE.value)
+  if failed:
+    print(
+        f'error: {len(failed)} of {len(runs)} runs failed:'
+        f' {", ".join(failed)} (logs in {_ROOT.value}/logs/; re-run the'
+        ' same command to retry them)',
+        file=sys.stderr,
+    )
+    sys.exit(1)
+
+
+def _check_writable(flag: str, path: str):
+  """A table's output file can be written: checked before reading the runs."""
+  try:
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    open(path, 'a', encoding='utf-8').close()
+  except OSError as e:
+    raise errors.UserError(
+        f'--{flag}={path} cannot be written ({e.strerror}); give a'
+        ' writable file path'
+    ) from None
+
+
+def aggregate():
+  """`aggregate`: workdirs -> a CSV and markdown table, a pivot, plots."""
+  known = [c for c, _ in runs_lib.COLUMNS]
+  pivot = [_PIVOT.value] + _PIVOT_VALUES.value if _PIVOT.value else []
+  for name in pivot:
+    if name not in known:
+      raise errors.ConfigError(
+          f'--pivot/--pivot_values: {name!r} is not a column; use one '
+          f'of {", ".join(known)}'
+      )
+  workdirs = _WORKDIRS.value or (
+      runs_lib.find_workdirs(_ROOT.value) if _ROOT.value else []
+  )
+  if not workdirs:
+    raise errors.ConfigError(
+        'aggregate found no workdirs: give --workdirs=A,B or --root=DIR '
+        'holding workdirs (directories with config.json)'
+    )
+  for flag, path in (('csv', _CSV.value), ('markdown', _MARKDOWN.value)):
+    if path:
+      _check_writable(flag, path)
+  try:
+    rows = runs_lib.results_table(workdirs, root=_ROOT.value)
+  except FileNotFoundError as e:  # a --workdirs entry that is none
+    raise errors.UserError(str(e)) from None
+  if _CSV.value:
+    runs_lib.write_csv(rows, _CSV.value)
+  table = runs_lib.markdown_table(rows)
+  if _PIVOT.value:
+    try:
+      table += '\n\n' + runs_lib.pivot_table(
+          rows, _PIVOT.value, _PIVOT_VALUES.value
+      )
+    except ValueError as e:
+      raise errors.ConfigError(str(e)) from None
+  if _MARKDOWN.value:
+    with open(_MARKDOWN.value, 'w', encoding='utf-8') as f:
+      f.write(table + '\n')
+  if _PLOTS.value:
+    for path in sweep_runs.write_plots(
+        workdirs, rows, _PLOTS.value, _ROOT.value
+    ):
+      logging.info('wrote %s', path)
+  print(table)
+
+
+def tau():
+  """`tau`: one trained flexible-attention model evaluated at several tau."""
+  if _CONFIG.value is None or not _WORKDIR.value:
+    raise errors.ConfigError(
+        'tau needs --config=FILE (as trained) and --workdir=DIR'
+    )
+  try:
+    taus = [float(t) for t in _TAUS.value]
+  except ValueError:
+    raise errors.ConfigError(
+        f'--taus={",".join(_TAUS.value)} must be numbers (inf = no pruning)'
+    ) from None
+  tau_sweep.tau_sweep(_CONFIG.value, _WORKDIR.value, taus, _BEAM.value)
+
+
+COMMANDS = {'run': run_runs, 'aggregate': aggregate, 'tau': tau}
+
+
 def main(argv):
+  cli_flags.show_library_warnings_only()
   if len(argv) != 2 or argv[1] not in COMMANDS:
     raise app.UsageError(
         f'give one command: {" | ".join(COMMANDS)} (see the module docstring)'
     )
-  command = argv[1]
   # As main: a shell script's `&` job starts with SIGINT ignored.
   signal.signal(signal.SIGINT, signal.default_int_handler)
   compile_cache.configure()  # tau sweeps decode in this process
   try:
-    if command == 'run':
-      if not _ROOT.value:
-        raise errors.ConfigError(
-            "run needs --root=DIR, the parent of the runs' workdirs"
-        )
-      given_config = _CONFIG.value is not None or bool(_GRID.value)
-      if bool(_SWEEP.value) == bool(_CONFIG.value is not None and _GRID.value):
-        raise errors.ConfigError(
-            'run needs either --sweep=FILE[:arg] or --config=FILE with '
-            '--grid=field=v1,v2 (not both)'
-        )
-      if _SWEEP.value and given_config:  # they would be dropped silently
-        raise errors.ConfigError(
-            '--sweep=FILE names its own configs and grid; drop --config and'
-            ' --grid (override fields of every run with --set=field=value)'
-        )
-      if _SWEEP.value:
-        runs = sweep_runs.load_sweep(_SWEEP.value, _common_overrides())
-      else:
-        flag = flags.FLAGS['config']
-        config_arg = config_flags.get_config_filename(flag)
-        overrides = {
-            k: v for k, v in config_flags.get_override_values(flag).items()
-        }
-        runs = sweep_runs.grid_runs(
-            config_arg, _GRID.value, {**overrides, **_common_overrides()}
-        )
-      if _ONLY.value:
-        runs = sweep_runs.select_runs(runs, _ONLY.value)
-      runs = sweep_runs.shard(runs, _SHARD.value)
-      sweep_runs.check_overrides(runs)
-      failed = sweep_runs.run_sweep(
-          runs, _ROOT.value, _DRY_RUN.value, _MODE.value
-      )
-      if failed:
-        print(
-            f'error: {len(failed)} of {len(runs)} runs failed:'
-            f' {", ".join(failed)} (logs in {_ROOT.value}/logs/; re-run the'
-            ' same command to retry them)',
-            file=sys.stderr,
-        )
-        sys.exit(1)
-    elif command == 'aggregate':
-      known = [c for c, _ in runs_lib.COLUMNS]
-      for name in (
-          ([_PIVOT.value] + _PIVOT_VALUES.value) if _PIVOT.value else []
-      ):
-        if name not in known:
-          raise errors.ConfigError(
-              f'--pivot/--pivot_values: {name!r} is not a column; use one '
-              f'of {", ".join(known)}'
-          )
-      workdirs = _WORKDIRS.value or (
-          runs_lib.find_workdirs(_ROOT.value) if _ROOT.value else []
-      )
-      if not workdirs:
-        raise errors.ConfigError(
-            'aggregate found no workdirs: give --workdirs=A,B or --root=DIR '
-            'holding workdirs (directories with config.json)'
-        )
-      for flag, path in (('csv', _CSV.value), ('markdown', _MARKDOWN.value)):
-        try:  # before reading the runs, not after
-          if path:
-            os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-            open(path, 'a', encoding='utf-8').close()
-        except OSError as e:
-          raise errors.UserError(
-              f'--{flag}={path} cannot be written ({e.strerror}); give a'
-              ' writable file path'
-          ) from None
-      try:
-        rows = runs_lib.results_table(workdirs, root=_ROOT.value)
-      except FileNotFoundError as e:  # a --workdirs entry that is none
-        raise errors.UserError(str(e)) from None
-      if _CSV.value:
-        runs_lib.write_csv(rows, _CSV.value)
-      table = runs_lib.markdown_table(rows)
-      if _PIVOT.value:
-        try:
-          table += '\n\n' + runs_lib.pivot_table(
-              rows, _PIVOT.value, _PIVOT_VALUES.value
-          )
-        except ValueError as e:
-          raise errors.ConfigError(str(e)) from None
-      if _MARKDOWN.value:
-        with open(_MARKDOWN.value, 'w', encoding='utf-8') as f:
-          f.write(table + '\n')
-      if _PLOTS.value:
-        for path in sweep_runs.write_plots(
-            workdirs, rows, _PLOTS.value, _ROOT.value
-        ):
-          logging.info('wrote %s', path)
-      print(table)
-    else:
-      if _CONFIG.value is None or not _WORKDIR.value:
-        raise errors.ConfigError(
-            'tau needs --config=FILE (as trained) and --workdir=DIR'
-        )
-      try:
-        taus = [float(t) for t in _TAUS.value]
-      except ValueError:
-        raise errors.ConfigError(
-            f'--taus={",".join(_TAUS.value)} must be numbers (inf = no pruning)'
-        ) from None
-      tau_sweep.tau_sweep(_CONFIG.value, _WORKDIR.value, taus, _BEAM.value)
+    COMMANDS[argv[1]]()
   except errors.UserError as e:
     print(f'error: {e}', file=sys.stderr)
     sys.exit(2)
@@ -261,4 +273,5 @@ def main(argv):
 
 
 if __name__ == '__main__':
+  __doc__ += cli_flags.config_help()  # what --help prints
   app.run(main, flags_parser=cli_flags.parse_flags)

@@ -12,7 +12,7 @@ import time
 import numpy as np
 import pytest
 
-from nmt_jax.system import cli_flags
+from nmt_jax.config import cli_flags
 from tests import conftest
 from tests.commands import CONFIG
 from tests.commands import QUICK
@@ -71,10 +71,23 @@ def test_train_writes_the_workdir_contract(trained):
     assert json.load(f)['model']['attention']['kind'] == 'global'
 
 
+def test_help_lists_the_config_files_presets_and_where_fields_live():
+  out = nmt('--help', check=False)  # absl's --help exits with status 1
+  for name in os.listdir(os.path.join(ROOT, 'configs')):
+    if name.endswith('.py'):
+      assert f'configs/{name}' in out.stdout
+  for preset in ('copyN', 'chunk', 'wmt17_de_en', 'rnnsearch', 'tiny'):
+    assert f'  {preset}: ' in out.stdout
+  assert 'nmt_jax/config/defaults.py' in out.stdout
+  assert 'nmt_jax/attention/' in out.stdout
+
+
 def test_eval_and_translate_modes(trained, tmp_path):
   before = snapshot(os.path.join(trained, 'checkpoints'))
   out = nmt(f'--config={CONFIG}', f'--workdir={trained}', '--mode=eval', *QUICK)
   assert 'BLEU' in out.stderr
+  # JAX's INFO lines (no TPU backend on a machine without one) stay quiet.
+  assert "backend 'tpu'" not in out.stderr and 'xla_bridge' not in out.stderr
   source = tmp_path / 'input.txt'
   source.write_text('a b c\nf e d c b a\n\nb\n')
   target = tmp_path / 'output.txt'

@@ -24,7 +24,7 @@ from absl import logging
 
 from nmt_jax.analysis import plots
 from nmt_jax.analysis import runs as runs_lib
-from nmt_jax.system import cli_flags
+from nmt_jax.config import cli_flags
 from nmt_jax.system import errors
 from nmt_jax.training import plateau
 from nmt_jax.workdir import run_config

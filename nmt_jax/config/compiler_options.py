@@ -17,7 +17,7 @@ ignored (a GPU option on a CPU changes nothing).
 set in both takes the decoder's value). The option above made the search
 loops x2.4-2.7 faster on an H100 and an H200 and the training step x0.5-0.7
 (docs/performance.md), so it is decode.compiler_options' default
-(default_config.CUDA_GRAPHS) and not the training step's.
+(defaults.CUDA_GRAPHS) and not the training step's.
 """
 
 import functools

@@ -4,7 +4,7 @@ A config file calls `get_config(arg)` and changes what its experiment needs:
 
     from nmt_jax.config import defaults
     def get_config(arg=None):
-      config = default_config.get_config(arg)
+      config = defaults.get_config(arg)
       config.model.attention.kind = 'memory'
       return config
 

@@ -1,6 +1,5 @@
 """Machinery under everything: user errors, devices, the compiler's caches.
 
 errors (what a user can fix, one line each), parallel (the device mesh, jit
-and pmap), cli_flags (flag parsing of the command lines), compile_cache,
-allocator, profiling and timing.
+and pmap), compile_cache, allocator, profiling and timing.
 """

@@ -7,13 +7,55 @@ unknown --config.<field> ends the process with status 2 and one line
 """
 
 import importlib.util
+import logging as std_logging
 import os
 import sys
 
 from absl import flags
 import ml_collections
 
+from nmt_jax.config import presets
 from nmt_jax.system import errors
+
+# A source checkout's configs/ (they are not installed with the package).
+CONFIGS = os.path.join(
+    os.path.dirname(os.path.dirname(os.path.dirname(__file__))), 'configs'
+)
+
+
+def config_help() -> str:
+  """What --help says of configs: the files, the presets, where fields live."""
+  files = []
+  if os.path.isdir(CONFIGS):
+    files = sorted(f for f in os.listdir(CONFIGS) if f.endswith('.py'))
+  lines = ['', 'Config files (configs/, in the repository):']
+  lines += [f'  configs/{name}' for name in files] or ['  (not found here)']
+  lines += [
+      '',
+      "Presets, after ':' and comma-separated (configs/x.py:copy100,tiny):",
+  ]
+  for name, preset in presets.PRESETS.items():
+    summary = (preset.__doc__ or '').strip().splitlines()[0]
+    lines.append(f'  {name}: {summary}')
+  lines += [
+      '',
+      (
+          'Every config field, with its default and meaning:'
+          " nmt_jax/config/defaults.py; an attention kind's own fields"
+          ' (model.attention.*): its module in nmt_jax/attention/. Override any'
+          ' with --config.<field>=<value>.'
+      ),
+  ]
+  return '\n'.join(lines) + '\n'
+
+
+def show_library_warnings_only():
+  """The terminal gets nmt_jax's INFO lines and only the warnings of JAX.
+
+  absl shows every INFO record; JAX's are about its own start, e.g. that a
+  machine without a TPU has no TPU backend.
+  """
+  std_logging.getLogger('jax').setLevel(std_logging.WARNING)
 
 
 def fail(message: str):
