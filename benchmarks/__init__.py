@@ -1,1 +1,1 @@
-"""Speed and memory benchmarks; not installed with the package (README.md)."""
+"""Speed and memory benchmarks; not installed (benchmarks/README.md)."""

@@ -23,15 +23,6 @@ def _load(paths: Sequence[str]) -> List[Dict[str, Any]]:
   return runs
 
 
-def _median_run(values: List[float]) -> Dict[str, float]:
-  return {
-      'median': statistics.median(values),
-      'min': min(values),
-      'max': max(values),
-      'runs': len(values),
-  }
-
-
 def train_figures(paths: Sequence[str]) -> Dict[str, Any]:
   """Median target tokens/s (wall and per CPU second) of training runs."""
   summaries = [r['summary'] for r in _load(paths)]

@@ -6,7 +6,7 @@ train:  steady-state target tokens/s (real, non-PAD tokens), compile time,
         [128, 768] x [768, 1024] matmul at the same thread count, and the
         operations (kernels) one iteration of each of its loops runs.
 
-Decoding's benchmark is in `bench_decode.py`.
+Decoding's benchmark is in `decode_speed.py`.
 """
 
 import functools

@@ -1,9 +1,10 @@
 """Training: `train_and_evaluate(config, workdir)`, read top to bottom.
 
-The pieces live next door: the step functions in steps.py, validation and
-the final evaluation in evaluation.py, the workdir's files in workdirs.py and
-checkpoint.py, where a run resumes in resume.py, the parallel step in
-parallel.py, batches in data/batching.py.
+The pieces live in the wings: the step functions in training/steps.py,
+validation and the final evaluation in decoding/evaluation.py, the workdir's
+files in workdir/ (folders.py, checkpoint.py; where a run resumes in
+resume.py), the parallel step in system/parallel.py, batches in
+data/batching.py.
 """
 
 import contextlib
@@ -48,7 +49,7 @@ class Setup:
   config: Any  # resolved
   task: dataset.Task
   batches: batching.TrainBatches  # .boundaries: the bucket lengths
-  model: Any  # models.Seq2Seq
+  model: Any  # seq2seq.Seq2Seq
   optimizer: Any
   schedule: Callable  # step -> learning rate
   mesh: Any
@@ -223,8 +224,8 @@ def _train_and_evaluate(config, workdir: str, mesh) -> Dict[str, Any]:
   )
   if jax.default_backend() == 'cpu' and allocator.describe() == 'system':
     logging.info(
-        'malloc: glibc gives every step fresh pages (README, "CPU memory'
-        ' allocator": tcmalloc, or NMT_JAX_KEEP_FREED_MEMORY=1)'
+        'malloc: glibc gives every step fresh pages (docs/options.md, "CPU'
+        ' memory allocator": tcmalloc, or NMT_JAX_KEEP_FREED_MEMORY=1)'
     )
 
   # ------------------------------------------------------------ checkpoints

@@ -189,7 +189,6 @@ class SentencePieceVocab:
     return f'SentencePiece, {len(self)} pieces'
 
 
-VOCAB_KINDS = ('sentencepiece', 'word', 'char')
 FILE_NAMES = {
     'sentencepiece': 'spm_{}.model',
     'word': 'words_{}.txt',

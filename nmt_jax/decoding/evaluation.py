@@ -208,7 +208,7 @@ class Decoded:
 class Evaluator:
   """Scoring and decoding of a split with one model or an ensemble.
 
-  `model`: a models.Seq2Seq or a scorer (scorers.py). The jitted functions
+  `model`: a seq2seq.Seq2Seq or a scorer (scorers.py). The jitted functions
   are cached; `executables[beam_size]` holds the decoders compiled by the
   last pass with that beam, by argument shape (`bench decode` reads their
   HLO).

@@ -4,7 +4,6 @@ import functools
 from typing import Dict, Sequence
 
 from absl import logging
-import sacrebleu
 from sacrebleu.metrics import BLEU
 from sacrebleu.metrics import CHRF
 
@@ -119,7 +118,3 @@ def ribes(hypotheses: Sequence[str], references: Sequence[str]) -> float:
       ZeroDivisionError
   ):  # nltk divides by the hypothesis count of matching words
     return 0.0
-
-
-def sacrebleu_version() -> str:
-  return sacrebleu.__version__

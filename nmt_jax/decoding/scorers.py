@@ -16,7 +16,7 @@ up, `lookups` = rows x steps) it computes the decoder's token table
 every target word, and what the attention kind or the readout computes from
 the fed-back word alone), so each step gathers rows instead of running GEMMs.
 
-`Single` wraps one models.Seq2Seq (params: its parameter tree). `Ensemble`
+`Single` wraps one seq2seq.Seq2Seq (params: its parameter tree). `Ensemble`
 wraps several, possibly of different attention kinds (params: a tuple of their
 trees); at each step it averages the members' log-probabilities (the geometric
 mean of their distributions, as OpenNMT-py and Marian; `average='probs'`
@@ -145,7 +145,7 @@ class Ensemble:
 
 
 def as_scorer(model):
-  """A scorer from a scorer or a models.Seq2Seq."""
+  """A scorer from a scorer or a seq2seq.Seq2Seq."""
   return Single(model) if isinstance(model, seq2seq.Seq2Seq) else model
 
 

@@ -425,7 +425,7 @@ def make_decode_fn(
 ):
   """Jitted fn(params, source) -> DecodeOutput for `beam_size` (1 = greedy).
 
-  `model`: a models.Seq2Seq or a scorer (scorers.py). `compiler_options`:
+  `model`: a seq2seq.Seq2Seq or a scorer (scorers.py). `compiler_options`:
   XLA's, for jax.jit (nmt_jax/config/compiler_options.py).
   """
   beam_size = decode_config.beam_size if beam_size is None else beam_size

@@ -8,7 +8,7 @@ page-faults its whole working memory again and the kernel zeroes each page:
 on the Britz copy model (L = 50, one core), 78,000 page faults per training
 step, 19% of its time in the kernel.
 
-Two cures (README, "CPU memory allocator"):
+Two cures (docs/options.md, "CPU memory allocator"):
 - tcmalloc or jemalloc preloaded (`LD_PRELOAD`) keep freed memory for the
   next step; both also compile faster than glibc. `describe()` names them.
 - `NMT_JAX_KEEP_FREED_MEMORY=1` sets glibc itself, when `nmt_jax` is
