@@ -4,7 +4,9 @@ import hashlib
 import os
 import time
 
+from absl import flags
 import jax
+from ml_collections import config_flags
 import numpy as np
 
 from nmt_jax.workdir import checkpoint
@@ -19,6 +21,28 @@ def nmt(*args, check=True, input_text=None, timeout=600):
   return conftest.run_module(
       'nmt_jax.main', *args, check=check, input_text=input_text, timeout=timeout
   )
+
+
+def cli_config(*args):
+  """The config `nmt(*args)` runs: --config=FILE[:ARG] and --config.F=V.
+
+  For in-process runs (train.train_and_evaluate, inference.translate) that
+  stand for a command line's. Parsed by ml_collections' config flag, as the
+  command line parses them; other flags are ignored.
+  """
+  argv = ['nmt']
+  for arg in args:
+    if arg.startswith('--config='):  # a path from the repository root
+      arg = '--config=' + os.path.join(conftest.ROOT, arg[len('--config=') :])
+    if arg.startswith('--config'):
+      argv.append(arg)
+  flag_values = flags.FlagValues()
+  # The override flags are found in sys_argv (sys.argv by default).
+  config_flags.DEFINE_config_file(
+      'config', flag_values=flag_values, sys_argv=argv
+  )
+  flag_values(argv)
+  return flag_values.config
 
 
 def snapshot(workdir):

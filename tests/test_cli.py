@@ -1,6 +1,13 @@
-"""The command line end to end: train -> eval -> translate, resume after SIGKILL, bad input."""
+"""The command line end to end: train -> eval -> translate, resume after SIGKILL, bad input.
+
+Where a case is about the numbers or the library's refusal rather than the
+process (exit status, one error line, stdout), it runs in this process what
+the command runs (train.train_and_evaluate, inference.evaluate), with the
+config the command line gives (commands.cli_config).
+"""
 
 import json
+import logging
 import os
 import re
 import shutil
@@ -12,10 +19,15 @@ import time
 import numpy as np
 import pytest
 
+from nmt_jax import inference
+from nmt_jax import train
 from nmt_jax.config import cli_flags
+from nmt_jax.config import compiler_options
+from nmt_jax.system import errors
 from tests import conftest
 from tests.commands import CONFIG
 from tests.commands import QUICK
+from tests.commands import cli_config
 from tests.commands import final_params
 from tests.commands import nmt
 from tests.commands import snapshot
@@ -89,7 +101,10 @@ def test_eval_and_translate_modes(trained, tmp_path):
   # JAX's INFO lines (no TPU backend on a machine without one) stay quiet.
   assert "backend 'tpu'" not in out.stderr and 'xla_bridge' not in out.stderr
   source = tmp_path / 'input.txt'
-  source.write_text('a b c\nf e d c b a\n\nb\n')
+  # U+2028 and a lone CR are whitespace inside a line, not line ends (read
+  # from stdin: test_faults.py's
+  # test_translate_keeps_line_numbers_and_blank_lines).
+  source.write_text('a b c\nf e d c b a\n\nb\na\u2028b\rc\n')
   target = tmp_path / 'output.txt'
   link = tmp_path / 'link.txt'  # written at its target, not replaced
   link.symlink_to(target)
@@ -103,17 +118,9 @@ def test_eval_and_translate_modes(trained, tmp_path):
   )
   assert link.is_symlink()
   lines = target.read_text().splitlines()
-  assert len(lines) == 4 and lines[2] == ''  # one output line per input line
+  assert len(lines) == 5 and lines[2] == ''  # one output line per input line
   assert all(set(line.split()) <= set('abcdef') for line in lines)
-  piped = nmt(
-      f'--config={CONFIG}',
-      f'--workdir={trained}',
-      '--mode=translate',
-      *QUICK,
-      # U+2028 and a lone CR are whitespace inside a line, not line ends.
-      input_text='a\u2028b\rc\n',
-  )
-  assert piped.stdout.split('\n') == [lines[0], '']
+  assert lines[4] == lines[0]
   assert snapshot(os.path.join(trained, 'checkpoints')) == before
 
 
@@ -130,7 +137,10 @@ def test_resume_after_sigkill_follows_the_uninterrupted_run(tmp_path):
   straight, interrupted = str(tmp_path / 'straight'), str(
       tmp_path / 'interrupted'
   )
-  nmt(*args, f'--workdir={straight}')
+  # The runs not killed: in this process (what the command runs), saving at
+  # their end only (saves do not change the numbers).
+  unkilled = cli_config(*args, '--config.train.checkpoint_every=1000')
+  train.train_and_evaluate(unkilled, straight)
 
   process = subprocess.Popen(
       [sys.executable, '-m', 'nmt_jax.main', *args, f'--workdir={interrupted}'],
@@ -155,7 +165,7 @@ def test_resume_after_sigkill_follows_the_uninterrupted_run(tmp_path):
   steps = [int(n) for n in os.listdir(checkpoints) if n.isdigit()]
   assert steps and max(steps) < 300, steps
 
-  nmt(*args, f'--workdir={interrupted}')
+  train.train_and_evaluate(unkilled, interrupted)
   a, b = final_params(straight, 300), final_params(interrupted, 300)
   assert a.keys() == b.keys()
   for key in a:
@@ -169,6 +179,14 @@ def _expect_error(result, *fragments):
   for fragment in fragments:
     assert fragment in last, last
   assert 'Traceback' not in result.stderr
+
+
+# As commands: a field absl's parser does not know (cli_flags), and main's
+# check of the compiler options before it runs anything.
+COMMAND_LINE_ERRORS = (
+    '--config.model.hiden_size=8',
+    '--config.decode.compiler_options=--xla_no_such=1',
+)
 
 
 @pytest.mark.parametrize(
@@ -198,67 +216,72 @@ def test_config_errors_are_one_line_and_touch_nothing(
     trained, override, fragment
 ):
   before = snapshot(trained)
-  _expect_error(
-      nmt(f'--config={CONFIG}', f'--workdir={trained}', override, check=False),
-      fragment,
-  )
+  if override in COMMAND_LINE_ERRORS:
+    _expect_error(
+        nmt(
+            f'--config={CONFIG}', f'--workdir={trained}', override, check=False
+        ),
+        fragment,
+    )
+  else:
+    # In this process, where the command fails: main checks the compiler
+    # options, then train.train_and_evaluate resolves the config.
+    config = cli_config(f'--config={CONFIG}', override)
+    with pytest.raises(errors.ConfigError) as error:
+      compiler_options.get_decode(config)
+      train.train_and_evaluate(config, trained)
+    assert fragment in str(error.value) and '\n' not in str(error.value)
   assert snapshot(trained) == before
 
 
 def test_eval_output_and_empty_workdir_mistakes(trained, tmp_path):
   # --output of one workdir's eval replaced that folder's results (another
-  # run's, say); an empty --workdir (an unset $WORKDIR) was an IndexError.
+  # run's, say): refused in inference.evaluate (here, in this process); an
+  # empty --workdir (an unset $WORKDIR) was an IndexError.
   before = snapshot(trained)
   other = tmp_path / 'other'
-  _expect_error(
-      nmt(
-          f'--config={CONFIG}',
-          f'--workdir={trained}',
-          '--mode=eval',
-          f'--output={other}',
-          check=False,
-      ),
-      'drop --output',
-  )
+  with pytest.raises(errors.UserError, match='drop --output'):
+    inference.evaluate(cli_config(f'--config={CONFIG}'), [trained], str(other))
   assert not other.exists() and snapshot(trained) == before
-  for mode in ('eval', 'translate'):
-    _expect_error(
-        nmt(f'--config={CONFIG}', '--workdir=', f'--mode={mode}', check=False),
-        "--workdir='' names no folder",
-    )
+  # (main.run checks it before any mode's work.)
+  _expect_error(
+      nmt(f'--config={CONFIG}', '--workdir=', '--mode=eval', check=False),
+      "--workdir='' names no folder",
+  )
 
 
 def test_unwritable_workdir(tmp_path):
+  # In this process, where the command fails (folders.prepare).
   blocker = tmp_path / 'a_file'
   blocker.write_text('not a directory')
-  _expect_error(
-      nmt(f'--config={CONFIG}', f'--workdir={blocker}/run', check=False),
-      'not writable',
-  )
+  with pytest.raises(errors.UserError, match='not writable'):
+    train.train_and_evaluate(cli_config(f'--config={CONFIG}'), f'{blocker}/run')
 
 
 def test_checkpoint_of_another_config_is_refused(trained, tmp_path):
+  # In this process, where the command fails (as a command, one error line:
+  # test_faults.py's test_another_kind_on_a_workdir_is_refused).
   workdir = str(tmp_path / 'copy')
   shutil.copytree(trained, workdir)
   before = snapshot(workdir)
-  result = nmt(
-      f'--config={CONFIG}',
-      f'--workdir={workdir}',
-      '--config.model.hidden_size=32',
-      check=False,
-  )
-  _expect_error(
-      result, 'holds another model', 'model.hidden_size: 16 there, 32 here'
-  )
-  # Not a model field, but another optimizer state: named as such.
-  result = nmt(
-      f'--config={CONFIG}',
-      f'--workdir={workdir}',
-      '--config.train.plateau_decay=0.5',
-      check=False,
-  )
-  _expect_error(result, 'opt_state/', 'train.plateau_decay must be as')
-  assert snapshot(workdir) == before
+  for override, fragments in [
+      (
+          '--config.model.hidden_size=32',
+          ['holds another model', 'model.hidden_size: 16 there, 32 here'],
+      ),
+      # Not a model field, but another optimizer state: named as such.
+      (
+          '--config.train.plateau_decay=0.5',
+          ['opt_state/', 'train.plateau_decay must be as'],
+      ),
+  ]:
+    config = cli_config(f'--config={CONFIG}', override)
+    with pytest.raises(errors.CheckpointError) as error:
+      train.train_and_evaluate(config, workdir)
+    for fragment in fragments:
+      assert fragment in str(error.value), error.value
+    assert '\n' not in str(error.value)
+    assert snapshot(workdir) == before
 
 
 def test_nan_loss_stops_and_keeps_the_last_good_checkpoint(trained, tmp_path):
@@ -278,52 +301,27 @@ def test_nan_loss_stops_and_keeps_the_last_good_checkpoint(trained, tmp_path):
   assert snapshot(checkpoints) == before
 
 
-def test_translate_input_errors(trained, tmp_path):
-  empty = tmp_path / 'empty.txt'
-  empty.write_text('\n\n')
-  _expect_error(
-      nmt(
-          f'--config={CONFIG}',
-          f'--workdir={trained}',
-          '--mode=translate',
-          f'--input={empty}',
-          check=False,
-      ),
-      'no input sentences',
-  )
-  _expect_error(
-      nmt(
-          f'--config={CONFIG}',
-          f'--workdir={trained}',
-          '--mode=translate',
-          check=False,
-          input_text='a b\na zz c\n',
-      ),
-      "token 'zz' on line 2 is not in the vocabulary",
-  )
+def test_translate_input_errors(trained):
+  # In this process, where --mode=translate of an --input of blank lines
+  # fails. (As commands: test_faults.py's
+  # test_translate_input_and_output_errors_come_before_decoding; a token not
+  # in the vocabulary, named by its line: its
+  # test_translate_keeps_line_numbers_and_blank_lines.)
+  with pytest.raises(errors.UserError) as error:
+    inference.translate(cli_config(f'--config={CONFIG}'), [trained], ['', ''])
+  assert 'no input sentences' in str(error.value)
+  assert '\n' not in str(error.value)
 
 
-def test_eval_without_checkpoints(tmp_path):
-  _expect_error(
-      nmt(
-          f'--config={CONFIG}',
-          f'--workdir={tmp_path}',
-          '--mode=eval',
-          check=False,
-      ),
-      'has no checkpoints',
-  )
+# (An existing --workdir without checkpoints: test_write_faults.py's
+# test_a_mistyped_workdir_leaves_no_folders, the same check.)
 
 
-def test_missing_config_file(tmp_path):
-  _expect_error(
-      nmt('--config=configs/nope.py', f'--workdir={tmp_path}', check=False),
-      'config file configs/nope.py does not exist',
-  )
-
-
+# As a command: test_faults.py's
+# test_a_broken_config_file_ends_the_command_before_any_workdir.
 @pytest.mark.parametrize(
-    'form', [['--config', '{}'], ['-config={}'], ['-config', '{}']]
+    'form',
+    [['--config={}'], ['--config', '{}'], ['-config={}'], ['-config', '{}']],
 )
 def test_every_spelling_of_the_config_flag_is_checked_first(
     form, tmp_path, capsys
@@ -357,40 +355,48 @@ def test_a_distributed_timeout_below_one_second_is_refused(tmp_path):
   )
 
 
+FLEXIBLE = ['--config=configs/flexible.py:tiny', *QUICK]
+FINETUNE = '--config=configs/flexible_finetune.py:tiny'
+
+
 @pytest.fixture(scope='module')
 def trained_flexible(tmp_path_factory):
+  """`nmt(*FLEXIBLE)`'s workdir, trained in this process."""
   workdir = str(tmp_path_factory.mktemp('runs') / 'flexible')
-  nmt('--config=configs/flexible.py:tiny', f'--workdir={workdir}', *QUICK)
+  train.train_and_evaluate(cli_config(*FLEXIBLE), workdir)
   return workdir
 
 
 def test_decoding_fields_may_change_for_evaluation(trained_flexible):
-  nmt(
-      '--config=configs/flexible.py:tiny',
-      *QUICK,
-      f'--workdir={trained_flexible}',
-      '--mode=eval',
+  # --mode=eval, in this process.
+  config = cli_config(
+      *FLEXIBLE,
       '--config.model.attention.tau=1.0',
       '--config.model.dropout=0.5',
   )
+  inference.evaluate(config, [trained_flexible])
 
 
 def test_flexible_finetuning_runs_from_a_trained_workdir(
-    trained_flexible, tmp_path
+    trained_flexible, tmp_path, caplog
 ):
+  # In this process (what the command runs); its log as the command's.
+  caplog.set_level(logging.INFO)
   workdir = str(tmp_path / 'finetune')
-  out = nmt(
-      '--config=configs/flexible_finetune.py:tiny',
-      f'--workdir={workdir}',
+  config = cli_config(
+      FINETUNE,
       *QUICK,
       f'--config.train.init_from={trained_flexible}',
       '--config.model.attention.tau=1.2',
       '--config.data.num_train=40',  # a few batches of 8
       '--config.train.eval_every=100',
   )
-  assert 'initialised from' in out.stderr
+  train.train_and_evaluate(config, workdir)
+  assert 'initialised from' in caplog.text
   # One epoch by default: as many steps as the split has batches.
-  epoch = re.search(r'num_epochs=1: (\d+) steps of (\d+) per epoch', out.stderr)
+  epoch = re.search(
+      r'num_epochs=1: (\d+) steps of (\d+) per epoch', caplog.text
+  )
   assert epoch and epoch[1] == epoch[2] and 3 <= int(epoch[1]) <= 5
   with open(os.path.join(workdir, 'config.json')) as f:
     assert json.load(f)['train']['num_steps'] == int(epoch[1])
@@ -405,75 +411,59 @@ def test_flexible_finetuning_runs_from_a_trained_workdir(
 def test_init_from_another_kind_or_shape_is_refused(
     trained, trained_flexible, tmp_path
 ):
-  _expect_error(
-      nmt(
-          '--config=configs/flexible_finetune.py:tiny',
-          f'--workdir={tmp_path}/a',
-          f'--config.train.init_from={trained}',
-          check=False,
+  # In this process, where the command fails.
+  for name, overrides, fragments in [
+      (
+          'a',
+          [f'--config.train.init_from={trained}'],
+          ["trained attention kind 'global'"],
       ),
-      "trained attention kind 'global'",
-  )
-  _expect_error(
-      nmt(
-          '--config=configs/flexible_finetune.py:tiny',
-          f'--workdir={tmp_path}/b',
-          f'--config.train.init_from={trained_flexible}',
-          '--config.model.hidden_size=24',
-          check=False,
+      (
+          'b',
+          [
+              f'--config.train.init_from={trained_flexible}',
+              '--config.model.hidden_size=24',
+          ],
+          ['does not match this model', 'shape'],
       ),
-      'does not match this model',
-      'shape',
-  )
-  _expect_error(
-      nmt(
-          '--config=configs/flexible_finetune.py:tiny',
-          f'--workdir={tmp_path}/c',
-          f'--config.train.init_from={tmp_path}/nothing',
-          check=False,
+      (
+          'c',
+          [f'--config.train.init_from={tmp_path}/nothing'],
+          ['has no config.json and checkpoints'],
       ),
-      'has no config.json and checkpoints',
-  )
-  _expect_error(
-      nmt(
-          '--config=configs/flexible_finetune.py:tiny',
-          f'--workdir={tmp_path}/d',
-          check=False,
-      ),
-      "train.init_from='' is empty, but train.beta=0.1 fine-tunes",
-  )
+      ('d', [], ["train.init_from='' is empty, but train.beta=0.1 fine-tunes"]),
+  ]:
+    with pytest.raises(errors.UserError) as error:
+      train.train_and_evaluate(
+          cli_config(FINETUNE, *overrides), str(tmp_path / name)
+      )
+    for fragment in fragments:
+      assert fragment in str(error.value), error.value
+    assert '\n' not in str(error.value)
   assert not os.path.exists(tmp_path / 'd')
 
 
-def test_init_from_a_workdir_of_another_vocabulary_is_refused(tmp_path):
+def test_init_from_a_workdir_of_another_vocabulary_is_refused(
+    trained, tmp_path
+):
   # Same vocabulary size, other words: the same ids would mean other words.
+  # `trained` has the 6 symbols of the copy task; this corpus 6 words. (In
+  # this process, where the command fails.)
   rng = np.random.default_rng(0)
-  for name, words in (
-      ('a', 'eins zwei drei vier'),
-      ('b', 'one two three four'),
-  ):
-    lines = [' '.join(rng.permutation(words.split())) for _ in range(40)]
-    for split in ('train', 'dev'):
-      for lang in ('de', 'en'):
-        (tmp_path / f'{name}.{split}.{lang}').write_text('\n'.join(lines))
-  corpus = ['--config.data.vocab.kind=word', '--config.data.max_length=8']
-  nmt(
+  words = 'eins zwei drei vier fünf sechs'.split()
+  lines = [' '.join(rng.permutation(words)) for _ in range(40)]
+  for split in ('train', 'dev'):
+    for lang in ('de', 'en'):
+      (tmp_path / f'b.{split}.{lang}').write_text('\n'.join(lines))
+  config = cli_config(
       f'--config={CONFIG}',
       *QUICK,
-      *corpus,
-      f'--config.data.name=text:{tmp_path}/a',
-      f'--workdir={tmp_path}/wa',
-      '--config.train.num_steps=2',
+      '--config.data.vocab.kind=word',
+      '--config.data.max_length=8',
+      f'--config.data.name=text:{tmp_path}/b',
+      f'--config.train.init_from={trained}',
   )
-  _expect_error(
-      nmt(
-          f'--config={CONFIG}',
-          *QUICK,
-          *corpus,
-          f'--config.data.name=text:{tmp_path}/b',
-          f'--workdir={tmp_path}/wb',
-          f'--config.train.init_from={tmp_path}/wa',
-          check=False,
-      ),
-      'was trained with a different source vocabulary',
-  )
+  with pytest.raises(
+      errors.UserError, match='was trained with a different source vocabulary'
+  ):
+    train.train_and_evaluate(config, str(tmp_path / 'wb'))

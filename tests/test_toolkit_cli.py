@@ -1,33 +1,45 @@
-"""The toolkit features from the command line, on trained copy models.
+"""The toolkit features, on trained copy models.
 
-Alignments of a trained copy model are the diagonal (also when it read the
+Alignments of a trained copy model are the diagonal (also when it reads the
 source reversed); n-best lists, scores, ensembles and averaged checkpoints
 agree with the single model they are built from; early stopping and plateau
 decay decide as the validations say, also across a resume.
+
+The command lines run as commands where their own behaviour is tested (an
+ensemble's or an average's command, reading files, a one-line error, the
+compilation cache across processes, profiling); the rest calls what they
+call (train.train_and_evaluate, inference.evaluate / translate / score,
+average.average_checkpoints) in this process.
 """
 
+import functools
 import gzip
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
 
+import jax
 import numpy as np
 import pytest
 
 from benchmarks import op_times
 from nmt_jax import average
+from nmt_jax import inference
+from nmt_jax import train
 from nmt_jax.analysis import attention_maps
-from nmt_jax.config import defaults
 from nmt_jax.config import validation
 from nmt_jax.data import batching
 from nmt_jax.data import dataset
 from nmt_jax.decoding import restore
+from nmt_jax.system import compile_cache
 from nmt_jax.system import errors
 from nmt_jax.training import steps
 from nmt_jax.workdir import writers
 from tests import conftest
+from tests.commands import cli_config
 from tests.commands import final_params
 from tests.commands import nmt
 
@@ -48,35 +60,46 @@ COPY = [
 ]
 
 
-def _copy_config(*overrides):
-  config = defaults.get_config('tiny')
-  config.model.attention.kind, config.model.attention.score = 'global', 'dot'
-  for arg in COPY[1:] + list(overrides):
-    field, value = arg[len('--config.') :].split('=')
-    *parents, leaf = field.split('.')
-    node = config
-    for part in parents:
-      node = node[part]
-    node[leaf] = type(node[leaf])(value)
-  return config
+def _config(*overrides):
+  """The config of `nmt(*COPY, *overrides)`."""
+  return cli_config(*COPY, *overrides)
+
+
+def _lines(text):
+  """Input lines as the command line reads them from stdin."""
+  return text.split('\n')[:-1]
 
 
 @pytest.fixture(scope='module')
 def copy_model(tmp_path_factory):
   workdir = str(tmp_path_factory.mktemp('copy') / 'run')
-  nmt(*COPY, f'--workdir={workdir}')
+  train.train_and_evaluate(_config(), workdir)
   return workdir
 
 
-def _diagonal_fraction(alignment_lines):
-  links = [
-      tuple(map(int, link.split('-')))
-      for line in alignment_lines
-      for link in line.split()
-  ]
+def _diagonal_fraction(links):
+  """(exact, within one, count) of (source, target position) links."""
   exact = np.mean([i == j for i, j in links])
   near = np.mean([abs(i - j) <= 1 for i, j in links])
   return exact, near, len(links)
+
+
+def _links(line):
+  """(source position, target position) of a line of pharaoh links."""
+  return [tuple(map(int, link.split('-'))) for link in line.split()]
+
+
+def _reversed_copy(copy_model, workdir):
+  """The copy model reading its sources backwards, as one trained with
+  data.reverse_source reads them: it copies what it reads, so it writes
+  each source reversed, and attends to the positions it read in order."""
+  shutil.copytree(copy_model, workdir)
+  with open(os.path.join(workdir, 'config.json')) as f:
+    config = json.load(f)
+  config['data']['reverse_source'] = True
+  with open(os.path.join(workdir, 'config.json'), 'w') as f:
+    json.dump(config, f)
+  return ['--config.data.reverse_source=true']
 
 
 @pytest.mark.parametrize('reverse', [False, True])
@@ -85,21 +108,40 @@ def test_alignments_of_a_trained_copy_model_are_the_diagonal(
 ):
   workdir = copy_model
   extra = []
-  if reverse:  # a model that read its sources backwards, aligned in order
+  if reverse:
     workdir = str(tmp_path / 'reversed')
-    extra = ['--config.data.reverse_source=true']
-    nmt(*COPY, *extra, f'--workdir={workdir}')
-  nmt(
-      *COPY,
-      *extra,
-      f'--workdir={workdir}',
-      '--mode=eval',
-      '--config.decode.alignments=pharaoh',
+    extra = _reversed_copy(copy_model, workdir)
+  inference.evaluate(
+      _config(*extra, '--config.decode.alignments=pharaoh'), [workdir]
   )
-  with open(os.path.join(workdir, 'eval_results.json')) as f:
-    assert json.load(f)['bleu'] > 90
   with open(os.path.join(workdir, 'eval_alignments.txt')) as f:
-    exact, near, links = _diagonal_fraction(f.read().splitlines())
+    alignments = f.read().splitlines()
+  if not reverse:
+    with open(os.path.join(workdir, 'eval_results.json')) as f:
+      assert json.load(f)['bleu'] > 90
+    exact, near, links = _diagonal_fraction(
+        [link for line in alignments for link in _links(line)]
+    )
+  else:
+    # In the text's order: each written word's link goes to the word it
+    # copied, the mirror position (read in order, they were the diagonal).
+    task = restore.restore_for_inference(
+        validation.resolve(_config(*extra)), workdir
+    )[0]
+    with open(os.path.join(workdir, 'eval_hypotheses.txt')) as f:
+      hypotheses = f.read().splitlines()
+    sources = task.test_or_eval.source_text
+    assert len(sources) == len(hypotheses) == len(alignments)
+    copied = np.mean([
+        hypothesis.split() == source.split()[::-1]
+        for source, hypothesis in zip(sources, hypotheses)
+    ])
+    assert copied > 0.8, copied
+    exact, near, links = _diagonal_fraction([
+        (len(source.split()) - 1 - i, j)
+        for source, line in zip(sources, alignments)
+        for i, j in _links(line)
+    ])
   # A small model after 600 steps: some links sit one position off.
   assert links > 100 and exact > 0.9 and near > 0.98
   # Attention maps are in reading order too.
@@ -107,29 +149,25 @@ def test_alignments_of_a_trained_copy_model_are_the_diagonal(
       workdir, ['a b c d e f']
   )
   assert translation.source == ['a', 'b', 'c', 'd', 'e', 'f', '</s>']
-  assert translation.hypothesis[:6] == translation.source[:6]
+  order = np.arange(6)[::-1] if reverse else np.arange(6)
+  assert translation.hypothesis[:6] == [translation.source[i] for i in order]
+  np.testing.assert_array_equal(
+      np.argmax(translation.weights[:6], axis=1), order
+  )
   if not reverse:
     # An evaluation without alignments leaves none of an earlier one's.
-    nmt(*COPY, f'--workdir={workdir}', '--mode=eval')
+    inference.evaluate(_config(), [workdir])
     assert not os.path.exists(os.path.join(workdir, 'eval_alignments.txt'))
-  np.testing.assert_array_equal(
-      np.argmax(translation.weights[:6], axis=1), np.arange(6)
+
+
+def test_nbest_first_lines_are_the_translations(copy_model):
+  # What --mode=translate prints, with and without --config.decode.nbest.
+  sources = _lines('a b c d e f\nb b a\n\nc\n')
+  best = inference.translate(_config(), [copy_model], sources)
+  nbest = inference.translate(
+      _config('--config.decode.nbest=3'), [copy_model], sources
   )
-
-
-def test_nbest_first_lines_are_the_translations(copy_model, tmp_path):
-  sources = 'a b c d e f\nb b a\n\nc\n'
-  best = nmt(
-      *COPY, f'--workdir={copy_model}', '--mode=translate', input_text=sources
-  ).stdout.splitlines()
-  nbest = nmt(
-      *COPY,
-      f'--workdir={copy_model}',
-      '--mode=translate',
-      '--config.decode.nbest=3',
-      input_text=sources,
-  ).stdout.splitlines()
-  entries = [line.split(' ||| ') for line in nbest]
+  entries = [line.split(' ||| ') for text in nbest for line in text.split('\n')]
   assert sorted({int(e[0]) for e in entries}) == [0, 1, 3]  # input lines
   for index in (0, 1, 3):
     mine = [e for e in entries if int(e[0]) == index]
@@ -144,6 +182,7 @@ def test_scores_equal_the_loss_and_read_files_or_pairs(copy_model, tmp_path):
   pairs = [('a b c', 'a b c'), ('d e f a', 'd e e a'), ('b', 'c c')]
   (tmp_path / 'src').write_text(''.join(s + '\n' for s, _ in pairs))
   (tmp_path / 'tgt').write_text(''.join(t + '\n' for _, t in pairs))
+  # The command reads the files; a pair per batch.
   from_files = nmt(
       *COPY,
       f'--workdir={copy_model}',
@@ -152,16 +191,19 @@ def test_scores_equal_the_loss_and_read_files_or_pairs(copy_model, tmp_path):
       f'--target={tmp_path}/tgt',
       '--config.decode.batch_size=1',
   ).stdout.splitlines()
-  from_stdin = nmt(
-      *COPY,
-      f'--workdir={copy_model}',
-      '--mode=score',
-      input_text=''.join(f'{s}\t{t}\n' for s, t in pairs),
-  ).stdout.splitlines()
-  assert len(from_files) == len(from_stdin) == 3
-  config = validation.resolve(_copy_config())
+  # What it prints for tab-separated pairs (test_corpus.py reads them from
+  # stdin), all in one batch.
+  from_pairs = inference.score(
+      _config(),
+      [copy_model],
+      [(i + 1, s, t) for i, (s, t) in enumerate(pairs)],
+  )
+  assert len(from_files) == len(from_pairs) == 3
+  config = validation.resolve(_config())
   task, model, _, params, _ = restore.restore_for_inference(config, copy_model)
-  for (source, target), a, b in zip(pairs, from_files, from_stdin):
+  # Jitted, as training runs it.
+  eval_step = jax.jit(functools.partial(steps.eval_step, model=model))
+  for (source, target), a, b in zip(pairs, from_files, from_pairs):
     total_a, mean_a, each_a = a.split('\t')
     total_b = b.split('\t')[0]
     # float32 sums: a few units in the last place (ulp(18) = 1.9e-6).
@@ -175,7 +217,7 @@ def test_scores_equal_the_loss_and_read_files_or_pairs(copy_model, tmp_path):
         [target],
     )
     batch = batching.make_batch(split, [0], 8)
-    out = steps.eval_step(params, batch, model=model)
+    out = eval_step(params, batch)
     np.testing.assert_allclose(
         -float(total_a), out['loss_sum'], rtol=1e-5, atol=2e-6
     )
@@ -193,32 +235,21 @@ def test_scores_equal_the_loss_and_read_files_or_pairs(copy_model, tmp_path):
 
 
 def test_an_ensemble_of_copies_is_the_model(copy_model, tmp_path):
-  sources = 'a b c d e f\nb b a\nc\n'
-  single = nmt(
-      *COPY, f'--workdir={copy_model}', '--mode=translate', input_text=sources
-  ).stdout
-  twice = nmt(
-      *COPY,
-      f'--workdir={copy_model},{copy_model}',
-      '--mode=translate',
-      input_text=sources,
-  ).stdout
-  assert twice == single
-  pair = 'a b c\ta b c\nb b a\tb a\n'
-  score = lambda w: nmt(
-      *COPY, f'--workdir={w}', '--mode=score', input_text=pair
-  ).stdout
-  assert score(f'{copy_model},{copy_model}') == score(copy_model)
+  # decoding/test_toolkit.py checks the ensemble's steps and searches; here
+  # the modes built on them, on a trained model.
+  sources = ['a b c d e f', 'b b a', 'c']
+  translate = lambda paths: inference.translate(_config(), paths, sources)
+  assert translate([copy_model] * 2) == translate([copy_model])
+  pairs = [(1, 'a b c', 'a b c'), (2, 'b b a', 'b a')]
+  score = lambda paths, *overrides: inference.score(
+      _config(*overrides), paths, pairs
+  )
+  assert score([copy_model] * 2) == score([copy_model])
   # The command line's run options reach every member as a single workdir.
-  bfloat16 = lambda w: nmt(
-      *COPY,
-      f'--workdir={w}',
-      '--mode=score',
-      '--config.model.dtype=bfloat16',
-      input_text=pair,
-  ).stdout
-  alone = bfloat16(copy_model)
-  assert bfloat16(f'{copy_model},{copy_model}') == alone != score(copy_model)
+  bfloat16 = '--config.model.dtype=bfloat16'
+  alone = score([copy_model], bfloat16)
+  assert score([copy_model] * 2, bfloat16) == alone != score([copy_model])
+  # As a command: --workdir=A,B makes the ensemble, --output its folder.
   out = tmp_path / 'ensemble'
   nmt(
       *COPY,
@@ -226,7 +257,7 @@ def test_an_ensemble_of_copies_is_the_model(copy_model, tmp_path):
       '--mode=eval',
       f'--output={out}',
   )
-  nmt(*COPY, f'--workdir={copy_model}', '--mode=eval')
+  inference.evaluate(_config(), [copy_model])
   with open(out / 'eval_results.json') as f:
     ensemble = json.load(f)
   with open(os.path.join(copy_model, 'eval_results.json')) as f:
@@ -236,39 +267,23 @@ def test_an_ensemble_of_copies_is_the_model(copy_model, tmp_path):
   assert (out / 'eval_hypotheses.txt').read_text() == open(
       os.path.join(copy_model, 'eval_hypotheses.txt')
   ).read()
-  refused = nmt(
-      *COPY,
-      f'--workdir={copy_model},{copy_model}',
-      '--mode=eval',
-      check=False,
-  )
-  assert refused.returncode == 2 and '--output=DIR' in refused.stderr
+  with pytest.raises(errors.ConfigError, match='add --output=DIR'):
+    inference.evaluate(_config(), [copy_model] * 2)
   before = open(os.path.join(copy_model, 'eval_results.json')).read()
-  into_member = nmt(
-      *COPY,
-      f'--workdir={copy_model},{copy_model}',
-      '--mode=eval',
-      f'--output={copy_model}',
-      check=False,
-  )
-  assert into_member.returncode == 2
-  assert 'is a training workdir' in into_member.stderr.strip().splitlines()[-1]
+  with pytest.raises(errors.ConfigError) as error:
+    inference.evaluate(_config(), [copy_model] * 2, copy_model)
+  assert 'is a training workdir' in str(error.value)
+  assert '\n' not in str(error.value)  # one line, as the command prints it
   assert open(os.path.join(copy_model, 'eval_results.json')).read() == before
 
 
 def test_averaged_checkpoints_load_in_every_mode(copy_model, tmp_path):
   best = str(tmp_path / 'best1')
-  conftest.run_module(
-      'nmt_jax.average',
-      f'--workdir={copy_model}',
-      '--best=1',
-      f'--output={best}',
-  )
-  sources = 'a b c d e f\nb b a\n'
-  translate = lambda w: nmt(
-      *COPY, f'--workdir={w}', '--mode=translate', input_text=sources
-  ).stdout
+  average.average_checkpoints(copy_model, best, best=1)
+  sources = ['a b c d e f', 'b b a']
+  translate = lambda w: inference.translate(_config(), [w], sources)
   assert translate(best) == translate(copy_model)  # the average of one
+  # As a command (test_faults.py has its one-line errors).
   last = str(tmp_path / 'last2')
   conftest.run_module(
       'nmt_jax.average',
@@ -282,18 +297,12 @@ def test_averaged_checkpoints_load_in_every_mode(copy_model, tmp_path):
     if '.params' in key or "['params']" in key:
       expected = (first[key].astype(np.float64) + second[key]) / 2
       np.testing.assert_array_equal(value, expected.astype(value.dtype))
-  nmt(*COPY, f'--workdir={last}', '--mode=eval')
-  nmt(*COPY, f'--workdir={last}', '--mode=score', input_text='a b\ta b\n')
+  inference.evaluate(_config(), [last])
+  inference.score(_config(), [last], [(1, 'a b', 'a b')])
   with open(os.path.join(last, 'eval_results.json')) as f:
     assert json.load(f)['checkpoint_step'] == 600
-  again = conftest.run_module(
-      'nmt_jax.average',
-      f'--workdir={copy_model}',
-      '--last=9',
-      f'--output={tmp_path}/nine',
-      check=False,
-  )
-  assert again.returncode == 2 and 'keep_checkpoints' in again.stderr
+  with pytest.raises(errors.UserError, match='keep_checkpoints'):
+    average.average_checkpoints(copy_model, str(tmp_path / 'nine'), last=9)
   assert not os.path.exists(tmp_path / 'nine')
   # A workdir without checkpoints (prepared, or stopped before its first
   # save) is not a new folder: its config and vocabulary were replaced.
@@ -314,26 +323,50 @@ def _valid_steps(workdir):
   ]
 
 
-def test_early_stopping_stops_at_the_patience_limit(tmp_path):
+def _scale(workdir, step):
+  params = final_params(workdir, step)
+  (value,) = [v for k, v in params.items() if 'step_size' in k]
+  return float(value)
+
+
+def test_plateau_decay_and_early_stopping_are_kept_across_a_resume(tmp_path):
+  # One run, saved at step 4 and resumed there: it decays and stops as one
+  # that was not interrupted (decoding/test_toolkit.py: the same factor bit
+  # for bit; the best validation test below: stopping in one go).
   workdir = str(tmp_path / 'run')
   args = [
       '--config=configs/global_general.py:tiny',
-      f'--workdir={workdir}',
       '--config.train.learning_rate=1e-12',  # validation BLEU never moves
-      '--config.train.num_steps=40',
-      '--config.train.early_stopping_patience=2',
+      '--config.train.plateau_decay=0.5',
+      '--config.train.plateau_patience=1',
+      '--config.train.early_stopping_patience=3',
       '--config.decode.beam_size=1',
   ]
-  nmt(*args)
-  # The first validation (step 2) is the best; two more without a better one.
-  assert _valid_steps(workdir) == [2, 4, 6]
-  nmt(*args)  # the same command again: stopped already, nothing trained
-  assert _valid_steps(workdir) == [2, 4, 6]
+  run = lambda num_steps: train.train_and_evaluate(
+      cli_config(*args, f'--config.train.num_steps={num_steps}'), workdir
+  )
+  run(4)
+  # Validations at 2 and 4: the first is the best, the second decays.
+  assert _valid_steps(workdir) == [2, 4]
+  assert _scale(workdir, 4) == 0.5
+  run(40)
+  # The first validation (step 2) is the best; three more without a better
+  # one (each decaying) stop the run.
+  assert _valid_steps(workdir) == [2, 4, 6, 8]
+  assert _scale(workdir, 8) == 0.125
+  rates = {
+      r['step']: r['learning_rate']
+      for r in writers.read_metrics(workdir)
+      if r['split'] == 'train'
+  }
+  assert rates[8] == pytest.approx(1e-12 * 0.25)  # logged before step 8's
+  run(40)  # the same command again: stopped already, nothing trained
+  assert _valid_steps(workdir) == [2, 4, 6, 8]
   with open(os.path.join(workdir, 'eval_results.json')) as f:
     # Equal BLEU everywhere: Orbax's best is the newest of the tie.
-    assert json.load(f)['checkpoint_step'] == 6
+    assert json.load(f)['checkpoint_step'] == 8
   steps_saved = os.listdir(os.path.join(workdir, 'checkpoints'))
-  assert max(int(s) for s in steps_saved if s.isdigit()) == 6
+  assert max(int(s) for s in steps_saved if s.isdigit()) == 8
 
 
 def test_the_best_validation_is_saved_between_checkpoint_steps(tmp_path):
@@ -341,9 +374,8 @@ def test_the_best_validation_is_saved_between_checkpoint_steps(tmp_path):
   # the run after validations that are no better, so unless the best one
   # was saved when it happened, eval would take a worse checkpoint.
   workdir = str(tmp_path / 'run')
-  nmt(
+  config = cli_config(
       '--config=configs/global_general.py:tiny',
-      f'--workdir={workdir}',
       '--config.train.learning_rate=0.03',
       '--config.train.num_steps=400',
       '--config.train.eval_every=10',
@@ -351,6 +383,7 @@ def test_the_best_validation_is_saved_between_checkpoint_steps(tmp_path):
       '--config.train.early_stopping_patience=3',
       '--config.decode.beam_size=1',
   )
+  train.train_and_evaluate(config, workdir)
   bleu = {
       r['step']: r['bleu']
       for r in writers.read_metrics(workdir)
@@ -363,43 +396,12 @@ def test_the_best_validation_is_saved_between_checkpoint_steps(tmp_path):
   assert bleu[step] == max(bleu.values()), (step, bleu)
 
 
-def _scale(workdir, step):
-  params = final_params(workdir, step)
-  (value,) = [v for k, v in params.items() if 'step_size' in k]
-  return float(value)
-
-
-def test_plateau_decay_is_kept_in_the_checkpoint_and_replayed(tmp_path):
-  args = [
-      '--config=configs/global_general.py:tiny',
-      '--config.train.learning_rate=1e-12',
-      '--config.train.plateau_decay=0.5',
-      '--config.train.plateau_patience=1',
-      '--config.decode.beam_size=1',
-  ]
-  straight = str(tmp_path / 'straight')
-  nmt(*args, f'--workdir={straight}', '--config.train.num_steps=8')
-  # Validations at 2, 4, 6, 8: the last three decay.
-  assert _scale(straight, 8) == 0.125
-  rates = {
-      r['step']: r['learning_rate']
-      for r in writers.read_metrics(straight)
-      if r['split'] == 'train'
-  }
-  assert rates[8] == pytest.approx(1e-12 * 0.25)  # logged before step 8's
-  resumed = str(tmp_path / 'resumed')
-  nmt(*args, f'--workdir={resumed}', '--config.train.num_steps=4')
-  assert _scale(resumed, 4) == 0.5
-  nmt(*args, f'--workdir={resumed}', '--config.train.num_steps=8')
-  assert _scale(resumed, 8) == 0.125
-
-
 def test_unknown_words_are_replaced_from_the_source(tmp_path):
   workdir = str(tmp_path / 'words')
   # Target words only the 3 most frequent: the rest of the target is <unk>.
   args = [
       '--config=configs/global_general.py:tiny',
-      '--config.data.name=text:tests/corpora/numbers',
+      f'--config.data.name=text:{conftest.ROOT}/tests/corpora/numbers',
       '--config.data.max_length=12',
       '--config.data.vocab.kind=word',
       '--config.data.vocab.shared=false',
@@ -407,24 +409,21 @@ def test_unknown_words_are_replaced_from_the_source(tmp_path):
       '--config.data.vocab.target_size=3',
       '--config.train.num_steps=60',
       '--config.train.learning_rate=0.01',
+      # Fewer validations and saves than the tiny preset's every 2 steps:
+      # the same training (none of them decides anything here).
+      '--config.train.eval_every=20',
+      '--config.train.checkpoint_every=20',
+      '--config.train.log_every=20',
       '--config.decode.beam_size=1',
   ]
-  nmt(*args, f'--workdir={workdir}')
-  sources = open('tests/corpora/numbers.dev.de').read().splitlines()[:12]
-  plain = nmt(
-      *args,
-      f'--workdir={workdir}',
-      '--mode=translate',
-      '--config.decode.alignments=pharaoh',
-      input_text='\n'.join(sources) + '\n',
-  ).stdout.splitlines()
-  replaced = nmt(
-      *args,
-      f'--workdir={workdir}',
-      '--mode=translate',
-      '--config.decode.replace_unk=true',
-      input_text='\n'.join(sources) + '\n',
-  ).stdout.splitlines()
+  train.train_and_evaluate(cli_config(*args), workdir)
+  with open(os.path.join(conftest.ROOT, 'tests/corpora/numbers.dev.de')) as f:
+    sources = f.read().splitlines()[:12]
+  translate = lambda *overrides: inference.translate(
+      cli_config(*args, *overrides), [workdir], sources
+  )
+  plain = translate('--config.decode.alignments=pharaoh')
+  replaced = translate('--config.decode.replace_unk=true')
   swapped = 0
   for source, line, new in zip(sources, plain, replaced):
     text, alignment = line.split(' ||| ')
@@ -441,35 +440,41 @@ def test_unknown_words_are_replaced_from_the_source(tmp_path):
       else:
         assert new_word == word
   assert swapped > 0
-  wrong = nmt(
+  wrong = cli_config(
       '--config=configs/global_general.py:tiny',
-      f'--workdir={workdir}',
-      '--mode=translate',
       '--config.decode.replace_unk=true',
-      input_text='a b\n',
-      check=False,
   )
-  assert wrong.returncode == 2 and 'word vocabulary' in wrong.stderr
+  with pytest.raises(errors.ConfigError, match='word vocabulary') as error:
+    inference.translate(wrong, [workdir], ['a b'])
+  assert '\n' not in str(error.value)  # one line, as the command prints it
 
 
-def test_the_luong_sgd_preset_trains(tmp_path):
-  workdir = str(tmp_path / 'sgd')
-  nmt(
-      '--config=configs/global_general.py:tiny,luong_sgd',
-      f'--workdir={workdir}',
+@pytest.fixture(scope='module')
+def sgd_run(tmp_path_factory):
+  """A model without attention trained a few steps with the luong_sgd preset."""
+  workdir = str(tmp_path_factory.mktemp('sgd') / 'run')
+  config = cli_config(
+      '--config=configs/no_attention.py:tiny,luong_sgd',
       '--config.train.num_epochs=0.05',
       '--config.train.batch_size=8',
       '--config.decode.beam_size=1',
   )
-  with open(os.path.join(workdir, 'config.json')) as f:
-    train = json.load(f)['train']
-  assert (train['optimizer'], train['learning_rate']) == ('sgd', 1.0)
-  records = writers.read_metrics(workdir)
+  train.train_and_evaluate(config, workdir)
+  return workdir
+
+
+def test_the_luong_sgd_preset_trains(sgd_run):
+  with open(os.path.join(sgd_run, 'config.json')) as f:
+    saved = json.load(f)['train']
+  assert (saved['optimizer'], saved['learning_rate']) == ('sgd', 1.0)
+  records = writers.read_metrics(sgd_run)
   assert records[-1]['split'] == 'eval'
-  assert records[-1]['step'] == train['num_steps']  # 5% of an epoch
+  assert records[-1]['step'] == saved['num_steps']  # 5% of an epoch
 
 
-def test_runs_share_a_persistent_compilation_cache(copy_model, tmp_path):
+def test_runs_share_a_persistent_compilation_cache(
+    copy_model, tmp_path, monkeypatch
+):
   env = conftest.subprocess_env()
   del env['JAX_COMPILATION_CACHE_DIR']  # the test suite's own cache
   cache = tmp_path / 'cache'
@@ -499,11 +504,19 @@ def test_runs_share_a_persistent_compilation_cache(copy_model, tmp_path):
   assert entries  # the compiled decoder (and the encoder init) are stored
   assert run() == first
   assert set(os.listdir(cache)) == entries  # nothing compiled again
-  env['NMT_JAX_COMPILATION_CACHE'] = 'off'
+  # Turned off, the command leaves JAX's cache alone: nothing is written, not
+  # even the default folder under ~ (what main's compile_cache.configure()
+  # does, in this process).
+  monkeypatch.delenv('JAX_COMPILATION_CACHE_DIR', raising=False)
+  monkeypatch.setenv(compile_cache.ENV, 'off')
   off_cache = tmp_path / 'unused'
-  env['HOME'] = str(off_cache)
-  assert run() == first
-  assert not off_cache.exists()
+  monkeypatch.setenv('HOME', str(off_cache))
+  updates = {}
+  monkeypatch.setattr(
+      compile_cache.jax.config, 'update', lambda k, v: updates.update({k: v})
+  )
+  assert compile_cache.configure() is None
+  assert not updates and not off_cache.exists()
 
 
 def test_profiles_of_training_steps_and_decoding(tmp_path):
@@ -621,25 +634,13 @@ def test_averaging_the_best_n_is_not_refused_for_a_tie_that_was_not_saved(
     average.choose_steps(kept, best=2)
 
 
-def test_alignments_of_an_ensemble_without_attention_are_one_line(tmp_path):
-  workdir = str(tmp_path / 'none')
-  nmt(
-      '--config=configs/no_attention.py:tiny',
-      f'--workdir={workdir}',
-      '--config.train.num_steps=2',
-      '--config.decode.beam_size=1',
-      '--config.train.eval_num_sentences=8',
-  )
-  result = nmt(
+def test_alignments_of_an_ensemble_without_attention_are_one_line(sgd_run):
+  config = cli_config(
       '--config=configs/global_general.py:tiny',
-      f'--workdir={workdir},{workdir}',
-      '--mode=translate',
       '--config.decode.alignments=pharaoh',
-      input_text='a b c\n',
-      check=False,
   )
-  assert result.returncode == 2, result.stderr[-2000:]
-  last = result.stderr.strip().splitlines()[-1]
-  assert (
-      last.startswith('error: ') and 'no ensemble member has attention' in last
-  )
+  with pytest.raises(errors.UserError) as error:
+    inference.translate(config, [sgd_run, sgd_run], ['a b c'])
+  # One line, as the command prints it.
+  message = str(error.value)
+  assert 'no ensemble member has attention' in message and '\n' not in message

@@ -11,11 +11,14 @@ from benchmarks import performance
 from benchmarks import startup
 from benchmarks import train_speed as bench_lib
 from nmt_jax import data
+from nmt_jax import train
 from nmt_jax.config import defaults
 from nmt_jax.config import validation
 from nmt_jax.decoding import evaluation
 from nmt_jax.system import errors
 from tests import conftest
+from tests.commands import QUICK
+from tests.commands import cli_config
 
 pytestmark = pytest.mark.slow
 
@@ -51,7 +54,7 @@ def write_peer_decode(path, beam, seconds, cpu_seconds, sentences=8):
   path.write_text(json.dumps({'timing': timing, 'args': args}))
 
 
-def test_bench_train_json(tmp_path):
+def test_bench_train_json_compares_alternating_pairs_and_a_peer(tmp_path):
   path = tmp_path / 'train.json'
   # Two peer runs: their median is compared.
   write_peer_train(tmp_path / 'peer_r1.json', 1000.0, 1.0)
@@ -59,8 +62,12 @@ def test_bench_train_json(tmp_path):
   out = bench(
       'train',
       '--config=configs/global_general.py:tiny',
+      '--compare=configs/global_general.py:tiny',
+      '--config.train.dropout_rng=philox2x32',
+      # XLA's default, spelled out: the option compiles into one side only.
+      '--config.compiler_options=--xla_cpu_enable_fast_math=false',
       '--steps=2',
-      '--repeats=1',
+      '--repeats=2',
       '--threads=1',
       f'--json={path}',
       f'--peer={tmp_path}/peer_r*.json',
@@ -75,6 +82,7 @@ def test_bench_train_json(tmp_path):
       result['config']['bridge'],
       result['config']['input_feeding'],
   ) == ('bottom', 'dense', True)
+  this, other = result['this'], result['other']
   for key in (
       'tokens_per_sec',
       'tokens_per_cpu_sec',
@@ -82,18 +90,31 @@ def test_bench_train_json(tmp_path):
       'peak_rss_mb',
       'fraction_of_matmul_rate',
   ):
-    assert result['this'][key] > 0, key
-  assert result['this']['peak_device_memory_mb'] is None  # CPU: see RSS
-  assert result['this']['steps_per_repetition'] == 2
-  assert result['this']['repetitions'] == 1
+    assert this[key] > 0, key
+  assert this['peak_device_memory_mb'] is None  # CPU: see RSS
+  assert this['steps_per_repetition'] == 2
+  assert this['repetitions'] == 2
   assert result['peer']['tokens_per_sec'] == 2000.0
   assert result['peer']['tokens_per_cpu_sec'] == 3500.0  # (1000 + 6000) / 2
-  this = result['this']
   assert result['vs_peer'] == pytest.approx({
       'tokens_per_sec': this['tokens_per_sec'] / 2000.0,
       'tokens_per_cpu_sec': this['tokens_per_cpu_sec'] / 3500.0,
   })
   assert 'tokens_per_sec' in out.stdout
+  # The two configs alternate, repetition by repetition: pairs.
+  pairs = result['speedup']['tokens_per_sec_pairs']
+  assert pairs == pytest.approx([
+      a / b
+      for a, b in zip(this['tokens_per_sec_runs'], other['tokens_per_sec_runs'])
+  ])
+  assert result['speedup']['tokens_per_sec'] == pytest.approx(
+      sorted(pairs)[0] / 2 + sorted(pairs)[1] / 2
+  )
+  assert 0 <= this['kernel_cpu_fraction'] <= 1
+  options = result['config'].pop('compiler_options')
+  assert options == '--xla_cpu_enable_fast_math=false'
+  assert result['compare_config'].pop('compiler_options') == ''
+  assert result['compare_config'] == result['config']
 
 
 def test_a_training_figure_is_the_repetition_of_median_rate():
@@ -234,39 +255,13 @@ def test_bench_decode_compare_says_a_lever_decodes_the_same_texts(tmp_path):
   assert this['greedy']['outputs_sha1'] != this['beam2']['outputs_sha1']
 
 
-def test_bench_decode_compare_with_another_beam_compares_shared_modes(tmp_path):
-  path = tmp_path / 'decode.json'
-  bench(
-      'decode',
-      '--config=configs/global_general.py:tiny',
-      '--compare=configs/global_general.py:tiny',
-      '--compare.decode.beam_size=3',  # beam2 against beam3
-      '--modes=greedy,beam',
-      '--repeats=1',
-      '--num_sentences=4',
-      f'--json={path}',
-  )
-  result = json.loads(path.read_text())
-  assert set(result['this']) >= {'greedy', 'beam2'}
-  assert set(result['other']) >= {'greedy', 'beam3'}
-  assert set(result['speedup']) == {'greedy'}
-  assert result['same_outputs'] == {'greedy': True}
-
-
 @pytest.mark.slow
-def test_bench_decode_compare_with_a_workdir_decodes_its_weights_twice(
-    tmp_path,
-):
+def test_bench_decode_compare_with_a_workdir_and_another_beam(tmp_path):
+  """Both sides decode the workdir's weights; with another beam size only the
+  modes both run are compared."""
   workdir = str(tmp_path / 'run')
   tiny = '--config=configs/global_general.py:tiny'
-  conftest.run_module(
-      'nmt_jax.main',
-      tiny,
-      f'--workdir={workdir}',
-      '--config.train.num_steps=4',
-      '--config.decode.beam_size=1',
-      '--config.train.eval_num_sentences=8',
-  )
+  train.train_and_evaluate(cli_config(tiny, *QUICK), workdir)
   path = tmp_path / 'decode.json'
   bench(
       'decode',
@@ -274,14 +269,18 @@ def test_bench_decode_compare_with_a_workdir_decodes_its_weights_twice(
       f'--workdir={workdir}',
       '--compare=configs/global_general.py:tiny',
       '--compare.decode.compiler_options=--xla_cpu_enable_fast_math=false',
-      '--modes=greedy',
+      '--compare.decode.beam_size=3',  # beam2 against beam3
+      '--modes=greedy,beam',
       '--repeats=1',
-      '--num_sentences=8',
+      '--num_sentences=4',
       f'--json={path}',
   )
   result = json.loads(path.read_text())
   weights = f'best checkpoint of {workdir}'
   assert result['this']['weights'] == result['other']['weights'] == weights
+  assert set(result['this']) >= {'greedy', 'beam2'}
+  assert set(result['other']) >= {'greedy', 'beam3'}
+  assert set(result['speedup']) == {'greedy'}
   assert result['same_outputs'] == {'greedy': True}
 
 
@@ -354,13 +353,11 @@ def test_bench_data_leaves_a_real_workdir_untouched(tmp_path):
       '--config.data.max_length=12',
   ]
   workdir = tmp_path / 'run'
-  conftest.run_module(
-      'nmt_jax.main', *corpus, f'--workdir={workdir}', '--mode=prepare'
-  )
   config = defaults.get_config('tiny')
   config.data.name = f'text:{prefix}'
   config.data.vocab.kind = 'word'
   config.data.max_length = 12
+  train.prepare(config, str(workdir))  # --mode=prepare
   # writes the encoded cache, as training does
   data.load_task(validation.resolve(config).data, 0, str(workdir))
   before = sorted(os.listdir(workdir / 'data_cache'))
@@ -444,36 +441,6 @@ def test_train_bench_warms_up_every_bucket_before_timing():
   one = bench_lib.TrainBench(config, num_steps=1)
   stream = {one.batches.examples(s)[1] for s in range(200)}
   assert len(stream) > 2 and one.warm_lengths == sorted(stream)
-
-
-def test_bench_train_compare_alternates_and_pairs_repetitions(tmp_path):
-  path = tmp_path / 'train.json'
-  bench(
-      'train',
-      '--config=configs/global_general.py:tiny',
-      '--compare=configs/global_general.py:tiny',
-      '--config.train.dropout_rng=philox2x32',
-      # XLA's default, spelled out: the option compiles into one side only.
-      '--config.compiler_options=--xla_cpu_enable_fast_math=false',
-      '--steps=2',
-      '--repeats=2',
-      f'--json={path}',
-  )
-  result = json.loads(path.read_text())
-  this, other = result['this'], result['other']
-  pairs = result['speedup']['tokens_per_sec_pairs']
-  assert pairs == pytest.approx([
-      a / b
-      for a, b in zip(this['tokens_per_sec_runs'], other['tokens_per_sec_runs'])
-  ])
-  assert result['speedup']['tokens_per_sec'] == pytest.approx(
-      sorted(pairs)[0] / 2 + sorted(pairs)[1] / 2
-  )
-  assert 0 <= this['kernel_cpu_fraction'] <= 1
-  options = result['config'].pop('compiler_options')
-  assert options == '--xla_cpu_enable_fast_math=false'
-  assert result['compare_config'].pop('compiler_options') == ''
-  assert result['compare_config'] == result['config']
 
 
 def test_the_performance_page_compares_attention_kinds_per_pair(tmp_path):
@@ -586,6 +553,8 @@ def test_bench_startup_warm_runs_compile_nothing_new(tmp_path):
       '--config=configs/global_general.py:tiny',
       # Greedy validation and evaluation share one compiled search.
       '--config.decode.beam_size=1',
+      # One length bucket: one training step to compile.
+      '--config.data.num_buckets=1',
       '--steps=2',
       '--repeats=1',
       f'--startup_dir={keep}',

@@ -2,6 +2,7 @@
 
 import glob
 import json
+import logging
 import os
 import shutil
 
@@ -19,6 +20,7 @@ from nmt_jax.data import vocab as vocab_lib
 from nmt_jax.data.vocab import EOS
 from nmt_jax.data.vocab import UNK
 from nmt_jax.system.errors import DataError
+from nmt_jax.system.errors import UserError
 from tests import conftest
 
 ROOT = conftest.ROOT
@@ -332,17 +334,51 @@ def test_text_corpus_needs_a_prefix_and_a_workdir():
 # ----------------------------------------------------------------- end to end
 
 
-@pytest.mark.slow
-def test_prepare_train_eval_translate_on_a_text_corpus(tmp_path):
-  from tests.commands import QUICK  # pylint: disable=g-import-not-at-top
-  from tests.commands import nmt  # pylint: disable=g-import-not-at-top
+class _Messages(logging.Handler):
+  """The messages nmt_jax logs (absl) while it is attached."""
 
+  def __init__(self):
+    super().__init__(logging.INFO)
+    self.messages = []
+    self._logger = logging.getLogger('absl')
+    self._level = self._logger.level
+
+  def emit(self, record):
+    self.messages.append(record.getMessage())
+
+  def __enter__(self):
+    self._logger.addHandler(self)
+    self._logger.setLevel(logging.INFO)
+    return self
+
+  def __exit__(self, *exc):
+    self._logger.removeHandler(self)
+    self._logger.setLevel(self._level)
+
+
+@pytest.fixture(scope='module')
+def text_run(tmp_path_factory):
+  """The numbers corpus with SentencePiece, prepared and trained 6 steps.
+
+  Its test split has two more pairs: one over data.max_length, one with an
+  empty side. In this process, as `--mode=prepare`, then training, run it:
+  (command line args, workdir, corpus folder, the messages logged).
+  """
+  from nmt_jax import train  # pylint: disable=g-import-not-at-top
+  from tests.commands import QUICK  # pylint: disable=g-import-not-at-top
+  from tests.commands import cli_config  # pylint: disable=g-import-not-at-top
+
+  tmp_path = tmp_path_factory.mktemp('text')
   workdir = str(tmp_path / 'run')
   corpus = tmp_path / 'corpus'
   corpus.mkdir()
-  for name in os.listdir(os.path.dirname(NUMBERS)):
-    if name.startswith('numbers.'):
-      shutil.copy(os.path.join(os.path.dirname(NUMBERS), name), corpus)
+  for name in ('train', 'dev', 'test'):
+    for lang in ('de', 'en'):
+      lines = open(f'{NUMBERS}.{name}.{lang}', encoding='utf-8').read()
+      if name == 'test':  # one over-long pair, one with an empty side
+        extra = 'eins zwei ' * 40 if lang == 'de' else 'one two ' * 40
+        lines += extra.strip() + '\n' + ('Drei.\n' if lang == 'de' else '\n')
+      (corpus / f'numbers.{name}.{lang}').write_text(lines, encoding='utf-8')
   args = [
       '--config=configs/global_general.py:tiny',
       f'--workdir={workdir}',
@@ -351,66 +387,78 @@ def test_prepare_train_eval_translate_on_a_text_corpus(tmp_path):
       '--config.data.max_length=60',
       '--config.data.vocab.kind=sentencepiece',
       '--config.data.vocab.size=48',
+      '--config.train.num_steps=6',
   ]
-  out = nmt(*args, '--mode=prepare')
-  assert 'train 400 pairs, validation 24 pairs, test 24 pairs' in out.stderr
+  with _Messages() as log:
+    train.prepare(cli_config(*args), workdir)
+    train.train_and_evaluate(cli_config(*args), workdir)
+  return args, workdir, corpus, log.messages
+
+
+@pytest.mark.slow
+def test_prepare_train_eval_translate_on_a_text_corpus(text_run, tmp_path):
+  from nmt_jax import inference  # pylint: disable=g-import-not-at-top
+  from nmt_jax import train  # pylint: disable=g-import-not-at-top
+  from nmt_jax.analysis import attention_maps  # pylint: disable=g-import-not-at-top
+  from tests.commands import cli_config  # pylint: disable=g-import-not-at-top
+  from tests.commands import snapshot  # pylint: disable=g-import-not-at-top
+
+  args, workdir, corpus, log = text_run
+  assert 'prepared: train 400 pairs, validation 24 pairs, test 26 pairs' in log
   assert sorted(os.listdir(os.path.join(workdir, 'vocab'))) == [
       'spm_shared.model',
       'spm_shared.model.settings.json',
   ]
-  nmt(*args, '--config.train.num_steps=6')
   with open(os.path.join(workdir, 'eval_results.json')) as f:
     result = f.read()
-  assert '"eval_split": "test"' in result and '"num_sentences": 24' in result
+  assert '"eval_split": "test"' in result and '"num_sentences": 26' in result
   # Translating and scoring read the workdir's vocabularies, not the corpus:
-  # they run where it is not, and write no encoded cache.
-  corpus.rename(tmp_path / 'away')
-  cached = os.listdir(os.path.join(workdir, encoding.CACHE_DIR))
-  translated = nmt(
-      *args, '--mode=translate', input_text='Eins zwei drei.\nVier.\n'
-  )
-  assert len(translated.stdout.splitlines()) == 2
-  scored = nmt(*args, '--mode=score', input_text='Vier.\tfour .\n')
-  assert len(scored.stdout.splitlines()) == 1
-  # Attention maps label each piece, as many labels as weights.
-  from nmt_jax.analysis import attention_maps  # pylint: disable=g-import-not-at-top
+  # they run where it is not, and write no encoded cache. (In this process:
+  # what --mode=translate and --mode=score print.)
+  config = cli_config(*args)
+  away = tmp_path / 'away'
+  corpus.rename(away)
+  try:
+    cached = os.listdir(os.path.join(workdir, encoding.CACHE_DIR))
+    translated = inference.translate(
+        config, [workdir], ['Eins zwei drei.', 'Vier.']
+    )
+    assert len(translated) == 2
+    assert len(inference.score(config, [workdir], [(1, 'Vier.', 'four .')]))
+    # Attention maps label each piece, as many labels as weights.
+    (maps,) = attention_maps.translate_with_attention(
+        workdir, ['Eins zwei drei.']
+    )
+    assert maps.weights.shape == (len(maps.hypothesis), len(maps.source))
+    assert maps.source[-1] == '</s>' and len(maps.source) > 3  # pieces
+    assert os.listdir(os.path.join(workdir, encoding.CACHE_DIR)) == cached
+  finally:
+    away.rename(corpus)
 
-  (maps,) = attention_maps.translate_with_attention(
-      workdir, ['Eins zwei drei.']
-  )
-  assert maps.weights.shape == (len(maps.hypothesis), len(maps.source))
-  assert maps.source[-1] == '</s>' and len(maps.source) > 3  # pieces, not words
-  assert os.listdir(os.path.join(workdir, encoding.CACHE_DIR)) == cached
-  (tmp_path / 'away').rename(corpus)
-
-  # A different vocabulary in the workdir is refused, and nothing is changed.
-  from tests.commands import snapshot  # pylint: disable=g-import-not-at-top
-
-  before = snapshot(os.path.join(workdir, 'checkpoints'))
+  # A different vocabulary in the workdir is refused, and nothing is changed
+  # (in this process, where --mode=train and --mode=eval fail).
+  copy = str(tmp_path / 'copy')
+  shutil.copytree(workdir, copy)
+  before = snapshot(os.path.join(copy, 'checkpoints'))
   vocab_lib.build_vocab(
       'sentencepiece', ['völlig andere Wörter'] * 50, size=30
-  ).save(os.path.join(workdir, 'vocab', 'spm_shared.model'))
-  for mode in ('train', 'eval'):
-    result = nmt(
-        *args, f'--mode={mode}', '--config.train.num_steps=6', check=False
-    )
-    assert result.returncode == 2
-    assert (
-        'different source vocabulary' in result.stderr.strip().splitlines()[-1]
-    )
-  assert snapshot(os.path.join(workdir, 'checkpoints')) == before
+  ).save(os.path.join(copy, 'vocab', 'spm_shared.model'))
+  for run in (
+      train.train_and_evaluate,
+      lambda c, w: inference.evaluate(c, [w]),
+  ):
+    with pytest.raises(UserError) as error:
+      run(config, copy)
+    assert 'different source vocabulary' in str(error.value)
+    assert '\n' not in str(error.value)
+  assert snapshot(os.path.join(copy, 'checkpoints')) == before
 
 
-def test_the_test_split_is_scored_whole(tmp_path):
-  """Every line of the test files is decoded and scored, in file order.
-
-  An over-long pair and one with an empty side are skipped from training
-  and validation, but the test scores (and eval_hypotheses.txt's line i)
-  must cover the files' lines, as published test BLEU does.
+def test_the_test_split_keeps_every_pair():
+  """An over-long pair and one with an empty side are skipped from training
+  and validation, but the test split keeps them (in file order): the test
+  scores must cover the files' lines, as published test BLEU does.
   """
-  from tests.commands import QUICK  # pylint: disable=g-import-not-at-top
-  from tests.commands import nmt  # pylint: disable=g-import-not-at-top
-
   source, target = ['a b', '', 'a b c d e f', 'c', 'b a'], [
       'x y',
       'x',
@@ -425,27 +473,15 @@ def test_the_test_split_is_scored_whole(tmp_path):
   assert dropped == {'empty': 2, 'too_long': 1} and len(split) == 5
   assert split.source_text == ['a b', '', 'a b c d e f', 'c', 'b a']
 
-  for name in ('train', 'dev', 'test'):
-    for lang in ('de', 'en'):
-      lines = open(f'{NUMBERS}.{name}.{lang}', encoding='utf-8').read()
-      if name == 'test':  # one over-long pair, one with an empty side
-        extra = 'eins zwei ' * 20 if lang == 'de' else 'one two ' * 20
-        lines += extra.strip() + '\n' + ('Drei.\n' if lang == 'de' else '\n')
-      (tmp_path / f'c.{name}.{lang}').write_text(lines, encoding='utf-8')
-  test_lines = len(open(tmp_path / 'c.test.de').read().splitlines())
-  workdir = str(tmp_path / 'run')
-  out = nmt(
-      '--config=configs/global_general.py:tiny',
-      f'--workdir={workdir}',
-      *QUICK,
-      f'--config.data.name=text:{tmp_path}/c',
-      '--config.data.max_length=30',
-      '--config.data.vocab.kind=word',
-      '--config.train.num_steps=4',
-  )
-  assert f'kept all {test_lines} pairs, 1 of them with an empty side and 1' in (
-      out.stderr
-  )
+
+@pytest.mark.slow
+def test_the_test_split_is_scored_whole(text_run):
+  """Every line of the test files is decoded and scored, in file order
+  (eval_hypotheses.txt's line i is the files' line i)."""
+  _, workdir, corpus, log = text_run
+  test_lines = len(open(corpus / 'numbers.test.de').read().splitlines())
+  kept = f'kept all {test_lines} pairs, 1 of them with an empty side and 1'
+  assert any(kept in message for message in log), log
   with open(os.path.join(workdir, 'eval_results.json')) as f:
     assert json.load(f)['num_sentences'] == test_lines
   with open(os.path.join(workdir, 'eval_hypotheses.txt')) as f:

@@ -31,8 +31,8 @@ def test_ribes_survives_degenerate_hypotheses():
 
 
 def test_ribes_of_exact_copies_is_nltks():
-  # As the README says: words nltk cannot align make an exact copy score
-  # below 1; unique words score 1.
+  # As docs/options.md ("Metrics") says: words nltk cannot align make an
+  # exact copy score below 1; unique words score 1.
   assert metrics.ribes(['a b c'], ['a b c']) == 1.0
   assert metrics.ribes(['a', 'a a a'], ['a', 'a a a']) == 0.0
   assert metrics.ribes(['a', 'a b c'], ['a', 'a b c']) == 0.5

@@ -9,7 +9,6 @@ import functools
 import jax
 import jax.numpy as jnp
 import numpy as np
-import optax
 import pytest
 
 from nmt_jax import average
@@ -39,7 +38,9 @@ def _task():
   return data.load_task(helpers.tiny_config().data, seed=0)
 
 
+@functools.lru_cache(maxsize=None)
 def _model(kind='global', seed=0, **attention):
+  """(config, model, params), built once per arguments (none changes them)."""
   config = helpers.tiny_config(kind, 'concat')
   for key, value in attention.items():
     config.model.attention[key] = value
@@ -59,11 +60,13 @@ def test_scores_are_the_teacher_forced_loss_whatever_the_batch():
   for a, b, target in zip(by_one, by_eight, task.eval.target):
     assert len(a) == len(target)  # EOS included
     np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
-  # The loss of training's eval_step over the same pairs.
+  # The loss of training's eval_step (jitted, as training runs it) over the
+  # same pairs.
+  eval_step = jax.jit(functools.partial(steps.eval_step, model=model))
   boundaries = batching.bucket_boundaries(task.max_length, 2)
   loss_sum = tokens = 0.0
   for _, batch in batching.eval_batches(task.eval, 8, boundaries):
-    out = steps.eval_step(params, batch, model=model)
+    out = eval_step(params, batch)
     loss_sum, tokens = loss_sum + out['loss_sum'], tokens + out['tokens']
   total = sum(float(np.sum(v)) for v in by_one)
   np.testing.assert_allclose(-total, loss_sum, rtol=1e-5)
@@ -131,39 +134,50 @@ def test_ensembles_of_one_model_or_two_copies_decode_as_the_model(beam_size):
     )
 
 
-@pytest.mark.parametrize('average_kind', scorers.AVERAGES)
-def test_an_ensemble_step_averages_its_members(average_kind):
+def test_an_ensemble_step_averages_its_members():
+  # Both averages (scorers.AVERAGES) against one NumPy reference.
   _, first, first_params = _model('global', seed=1)
   _, second, second_params = _model('memory', seed=2, num_memory=3)
-  ensemble = scorers.Ensemble([first, second], average_kind)
-  assert ensemble.lead == 0
   source = jnp.asarray(batching.make_batch(_task().eval, range(4), 9)['source'])
   params = (first_params, second_params)
-  cache, state = ensemble.encode(params, source)
   tokens = jnp.full((4,), 5, jnp.int32)
-  # The members look their input gates up (gate table); the reference below
-  # computes them.
-  prepared = ensemble.prepare(params, lookups=1, gate_table='on')
-  assert all(table is not None for _, table in prepared)
-  _, log_probs, diagnostics = ensemble.step(
-      prepared, state, cache, tokens, True
-  )
   members = []
   for member, p in zip((first, second), params):
     c, s = scorers.Single(member).encode(p, source)
-    _, logits, d = member.apply(
-        {'params': p}, s, c, tokens, True, method=seq2seq.Seq2Seq.decode_step
+    decode_step = jax.jit(
+        lambda p, s, c, member=member: member.apply(
+            {'params': p},
+            s,
+            c,
+            tokens,
+            True,
+            method=seq2seq.Seq2Seq.decode_step,
+        )
     )
+    _, logits, _ = decode_step(p, s, c)
     logits = np.asarray(logits, np.float64)
     members.append(logits - np.log(np.exp(logits).sum(-1, keepdims=True)))
-  if average_kind == 'log_probs':
-    expected = np.mean(members, axis=0)
-  else:
-    expected = np.log(np.mean(np.exp(members), axis=0))
-  np.testing.assert_allclose(log_probs, expected, rtol=1e-5, atol=1e-5)
+  expected = {
+      'log_probs': np.mean(members, axis=0),
+      'probs': np.log(np.mean(np.exp(members), axis=0)),
+  }
+  assert set(expected) == set(scorers.AVERAGES)
   lengths = np.sum(np.asarray(source) != 0, axis=1)
-  np.testing.assert_allclose(diagnostics['window'], lengths + 3)
-  assert diagnostics['weights'].shape == source.shape  # the global member's
+  for average_kind, want in expected.items():
+    ensemble = scorers.Ensemble([first, second], average_kind)
+    assert ensemble.lead == 0
+    cache, state = ensemble.encode(params, source)
+    # The members look their input gates up (gate table); the reference
+    # above computes them.
+    prepared = ensemble.prepare(params, lookups=1, gate_table='on')
+    assert all(table is not None for _, table in prepared)
+    # Jitted, as decoding runs it.
+    _, log_probs, diagnostics = jax.jit(
+        functools.partial(ensemble.step, with_weights=True)
+    )(prepared, state, cache, tokens)
+    np.testing.assert_allclose(log_probs, want, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(diagnostics['window'], lengths + 3)
+    assert diagnostics['weights'].shape == source.shape  # the global member's
 
 
 # ----------------------------------------------------------------- averaging
@@ -215,9 +229,9 @@ def test_memory_alignments_are_the_argmax_of_beta_alpha():
   out = search.make_decode_fn(
       model, config.decode, 1, with_diagnostics=True, alignments=True
   )(params, jnp.asarray(source))
-  cache, _ = model.apply(
-      {'params': params}, jnp.asarray(source), method=seq2seq.Seq2Seq.encode
-  )
+  cache, _ = jax.jit(
+      functools.partial(model.apply, method=seq2seq.Seq2Seq.encode)
+  )({'params': params}, jnp.asarray(source))
   alpha = np.asarray(cache['alpha'])  # [B, S, K]
   beta = np.asarray(out.diagnostics['weights'])  # [B, T, K]
   expected = np.argmax(np.einsum('btk,bsk->bts', beta, alpha), axis=-1)
@@ -373,7 +387,8 @@ def _one_update(train_config, scale=None):
     state = steps.set_plateau_scale(state, scale)
     assert steps.plateau_scale(state.opt_state) == scale
   grads = jax.tree_util.tree_map(jnp.ones_like, params)
-  updates, _ = optimizer.update(grads, state.opt_state, params)
+  # Jitted, as the training step runs it.
+  updates, _ = jax.jit(optimizer.update)(grads, state.opt_state, params)
   return grads, updates
 
 
@@ -382,7 +397,7 @@ def test_the_plateau_factor_scales_the_update():
   _, full = _one_update(config)
   _, half = _one_update(config, scale=0.5)
   for f, h in zip(*(jax.tree_util.tree_leaves(t) for t in (full, half))):
-    np.testing.assert_allclose(h, 0.5 * f, rtol=1e-6)
+    np.testing.assert_allclose(h, 0.5 * np.asarray(f), rtol=1e-6)
   assert (
       steps.plateau_scale(
           steps.create_optimizer(_train_config(), 10)[0].init(
@@ -396,8 +411,11 @@ def test_the_plateau_factor_scales_the_update():
 def test_sgd_steps_minus_the_learning_rate_times_the_clipped_gradient():
   config = _train_config(optimizer='sgd', learning_rate=0.3, clip_norm=5.0)
   grads, updates = _one_update(config)
-  norm = float(optax.global_norm(grads))
-  for g, u in zip(*(jax.tree_util.tree_leaves(t) for t in (grads, updates))):
+  # In NumPy (float64): the global norm of the gradient, above clip_norm.
+  grads = [np.asarray(g, np.float64) for g in jax.tree_util.tree_leaves(grads)]
+  norm = np.sqrt(sum(np.sum(g**2) for g in grads))
+  assert norm > 5.0
+  for g, u in zip(grads, jax.tree_util.tree_leaves(updates)):
     np.testing.assert_allclose(u, -0.3 * g * 5.0 / norm, rtol=1e-5)
 
 

@@ -1,5 +1,5 @@
-"""Hoisted kernel gradients (nmt_jax/model/hoisting.py) equal plain autodiff's, and
-unrolled training loops (model.scan_unroll) the plain ones."""
+"""Hoisted kernel gradients (nmt_jax/model/hoisting.py) and unrolled training
+loops (model.scan_unroll) give plain autodiff's loss and gradients."""
 
 import jax
 import jax.extend
@@ -10,7 +10,7 @@ import pytest
 from nmt_jax import attention
 from nmt_jax.model import lstm
 from tests import helpers
-from tests.helpers import VARIANTS
+from tests.helpers import MAXOUT
 
 
 def _loss_and_grads(kind, score='general', **model):
@@ -20,12 +20,13 @@ def _loss_and_grads(kind, score='general', **model):
 
 
 def _run(kind, score='general', **model):
-  """(loss, gradients) of one jitted backward pass."""
+  """(loss, gradients) of one jitted backward pass, and its jaxpr."""
   grad, params = _loss_and_grads(kind, score, **model)
-  return jax.jit(grad)(params)
+  traced = jax.jit(grad).trace(params)
+  return traced.lower().compile()(params), traced.jaxpr
 
 
-def _assert_same_run(a, b, exact_loss):
+def _assert_same_run(a, b, exact_loss=False):
   (loss_a, grads_a), (loss_b, grads_b) = a, b
   # Same forward, dropout masks included.
   if exact_loss:
@@ -39,27 +40,68 @@ def _assert_same_run(a, b, exact_loss):
     )
 
 
-def _assert_same(kind, score='general', **model):
-  _assert_same_run(
-      _run(kind, score, hoist_weight_grads=False, **model),
-      _run(kind, score, hoist_weight_grads=True, **model),
-      exact_loss=True,
-  )
+def _scan_unrolls(jaxpr):
+  """The unroll of every scan in a jaxpr, nested ones included."""
+  unrolls = []
+  for eqn in jaxpr.eqns:
+    if eqn.primitive.name == 'scan':
+      unrolls.append(eqn.params['unroll'])
+    for sub in jax.extend.core.jaxprs_in_params(eqn.params):
+      unrolls += _scan_unrolls(sub)
+  return unrolls
 
 
-# 'global' (general score) and 'none' are decoders of VARIANTS below.
-@pytest.mark.parametrize(
-    'kind', [k for k in attention.kinds() if k not in ('global', 'none')]
-)
-def test_hoisted_gradients_equal_autodiffs_for_every_kind(kind):
-  _assert_same(kind)
+@pytest.mark.parametrize('kind', attention.kinds())
+def test_hoisted_unrolled_gradients_equal_plain_autodiffs_for_every_kind(kind):
+  """Both levers at once (hoisted kernel gradients, loops unrolled by 3)
+  against neither: a wrong loss or gradient from either shows. Hoisting
+  alone (not unrolled, the default) is compared per decoder below."""
+  plain, _ = _run(kind, hoist_weight_grads=False, scan_unroll=1)
+  # 3 divides neither the source (7) nor the target (6) length: the
+  # remainder steps run too.
+  levers, jaxpr = _run(kind, hoist_weight_grads=True, scan_unroll=3)
+  _assert_same_run(plain, levers)
+  # The tiny model's bidirectional encoder layer (2 recurrences) and the
+  # decoder, each a forward and a backward loop, all unrolled.
+  unrolls = _scan_unrolls(jaxpr)
+  assert unrolls == [3] * 6, unrolls
 
 
-@pytest.mark.parametrize('kind,score,query,extra', VARIANTS)
+# The decoders whose hoisted kernels differ (tests/helpers.py VARIANTS): the
+# query timing (the context enters the LSTM with 'previous'), input feeding
+# and a readout narrower than the LSTM (W_c's width, the fed-back htilde),
+# two decoder layers (two LSTM kernels, dropout between them), and the
+# maxout readout (no W_c: only the LSTM kernels are hoisted, as without
+# attention, kind 'none' above). The score is the attention's own and is
+# left out: every kind above uses 'general'.
+DECODERS = [
+    (
+        'global',
+        'general',
+        'previous',
+        (('readout_size', 6), ('num_decoder_layers', 2)),
+    ),
+    (
+        'global',
+        'concat',
+        'previous',
+        (('input_feeding', False), ('tie_embeddings', True)),
+    ),
+    ('global', 'concat', 'previous', MAXOUT),
+]
+
+
+@pytest.mark.parametrize('kind,score,query,extra', DECODERS)
 def test_hoisted_gradients_equal_autodiffs_for_every_decoder(
     kind, score, query, extra
 ):
-  _assert_same(kind, score, query=query, **dict(extra))
+  # Not unrolled (model.scan_unroll=1, the default).
+  model = dict(extra, query=query)
+  _assert_same_run(
+      _run(kind, score, hoist_weight_grads=False, **model)[0],
+      _run(kind, score, hoist_weight_grads=True, **model)[0],
+      exact_loss=True,
+  )
 
 
 def _loop_dot_shapes(jaxpr, inside=False):
@@ -106,28 +148,3 @@ def test_project_gives_the_kernel_gradient_to_the_probe():
   np.testing.assert_allclose(dx, dy @ kernel.T, rtol=1e-6)
   np.testing.assert_array_equal(dkernel, 0)  # left to the caller
   np.testing.assert_array_equal(dprobe, dy)  # dz: the caller's x^T dz
-
-
-def _scan_unrolls(jaxpr):
-  """The unroll of every scan in a jaxpr, nested ones included."""
-  unrolls = []
-  for eqn in jaxpr.eqns:
-    if eqn.primitive.name == 'scan':
-      unrolls.append(eqn.params['unroll'])
-    for sub in jax.extend.core.jaxprs_in_params(eqn.params):
-      unrolls += _scan_unrolls(sub)
-  return unrolls
-
-
-@pytest.mark.parametrize('kind', ['global', 'local_p', 'flexible', 'memory'])
-def test_unrolled_training_loops_give_the_same_loss_and_gradients(kind):
-  # 3 divides neither the source (7) nor the target (6) length: the
-  # remainder steps run too.
-  _assert_same_run(
-      _run(kind, scan_unroll=1), _run(kind, scan_unroll=3), exact_loss=False
-  )
-  grad, params = _loss_and_grads(kind, scan_unroll=3)
-  unrolls = _scan_unrolls(jax.make_jaxpr(grad)(params).jaxpr)
-  # The tiny model's bidirectional encoder layer (2 recurrences) and the
-  # decoder, each a forward and a backward loop, all unrolled.
-  assert unrolls == [3] * 6, unrolls

@@ -27,11 +27,11 @@ def _flax_reference(params, x, lengths, hidden):
         'kernel': w_h[:, k * hidden : (k + 1) * hidden],
         'bias': b[k * hidden : (k + 1) * hidden],
     }
-  cell = nn.LSTMCell(hidden)
+  cell = jax.jit(nn.LSTMCell(hidden).apply)
   carry = (jnp.zeros((x.shape[0], hidden)),) * 2
   outputs = []
   for t in range(x.shape[1]):
-    new, h = cell.apply({'params': cell_params}, carry, x[:, t])
+    new, h = cell({'params': cell_params}, carry, x[:, t])
     valid = (t < lengths)[:, None]
     carry = tuple(jnp.where(valid, n, o) for n, o in zip(new, carry))
     outputs.append(h)
@@ -49,7 +49,9 @@ def test_lstm_matches_flax_lstm_cell():
   params = jax.tree_util.tree_map(
       lambda p: p + 0.1 * jax.random.normal(jax.random.key(1), p.shape), params
   )
-  out, (c, h) = layer.apply({'params': params}, jnp.swapaxes(x, 0, 1), lengths)
+  out, (c, h) = jax.jit(layer.apply)(
+      {'params': params}, jnp.swapaxes(x, 0, 1), lengths
+  )
   out = jnp.swapaxes(out, 0, 1)
   ref_out, (ref_c, ref_h) = _flax_reference(params, x, lengths, 7)
   mask = (jnp.arange(6)[None, :] < lengths[:, None])[..., None]
@@ -100,16 +102,16 @@ def test_recurrence_vjp_matches_autodiff():
             + (jnp.sin(hid) * weights[2]).sum()
         )
 
-      return f
+      return jax.jit(f)
 
     custom = lambda x_gates, w_h: lstm.lstm_recurrence(x_gates, w_h, valid)
     for a, r in zip(
-        jax.tree_util.tree_leaves(custom(x_gates, w_h)),
-        jax.tree_util.tree_leaves(reference(x_gates, w_h)),
+        jax.tree_util.tree_leaves(jax.jit(custom)(x_gates, w_h)),
+        jax.tree_util.tree_leaves(jax.jit(reference)(x_gates, w_h)),
     ):
       np.testing.assert_allclose(a, r, atol=1e-12)
-    got = jax.grad(loss(custom), argnums=(0, 1))(x_gates, w_h)
-    want = jax.grad(loss(reference), argnums=(0, 1))(x_gates, w_h)
+    got = jax.jit(jax.grad(loss(custom), argnums=(0, 1)))(x_gates, w_h)
+    want = jax.jit(jax.grad(loss(reference), argnums=(0, 1)))(x_gates, w_h)
     for g, w in zip(got, want):
       np.testing.assert_allclose(g, w, atol=1e-10)
     check_grads(loss(custom), (x_gates, w_h), order=1, modes=['rev'])
@@ -179,10 +181,11 @@ def test_padding_never_changes_valid_outputs():
   time_major = lambda a: jnp.swapaxes(a, 0, 1)
   params = layer.init(jax.random.key(0), time_major(x), lengths)
   mask = (jnp.arange(5)[None, :] < lengths[:, None])[..., None]
-  out, carry = layer.apply(params, time_major(x), lengths)
+  apply = jax.jit(layer.apply)
+  out, carry = apply(params, time_major(x), lengths)
   out = time_major(out)
   for other in (noisy, padded):
-    out2, carry2 = layer.apply(params, time_major(other), lengths)
+    out2, carry2 = apply(params, time_major(other), lengths)
     out2 = time_major(out2)
     np.testing.assert_allclose(
         jnp.where(mask, out2[:, :5], 0), jnp.where(mask, out, 0), atol=1e-6
@@ -225,7 +228,7 @@ def test_explicit_weight_gradients_do_not_change_the_layers_gradients():
     layer = lstm.BiLSTM(8, explicit_weight_grads=explicit)
     params = layer.init(jax.random.key(0), x, lengths)
     loss = lambda p, layer=layer: jnp.sum(layer.apply(p, x, lengths)[0] ** 2)
-    grads[explicit] = jax.grad(loss)(params)
+    grads[explicit] = jax.jit(jax.grad(loss))(params)
   jax.tree_util.tree_map(
       lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6),
       grads[True],

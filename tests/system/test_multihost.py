@@ -13,8 +13,11 @@ import time
 import numpy as np
 import pytest
 
+from nmt_jax import inference
+from nmt_jax import train
 from tests import conftest
 from tests.commands import QUICK
+from tests.commands import cli_config
 from tests.commands import final_params
 from tests.commands import nmt
 from tests.commands import wait_until
@@ -87,6 +90,8 @@ def test_two_processes_stop_together_resume_and_agree_with_one(tmp_path):
       '--config.train.checkpoint_every=10000',
       '--config.train.eval_every=10000',
       '--config.train.log_every=1',
+      # One length bucket: one training step for each process to compile.
+      '--config.data.num_buckets=1',
   ]
   port = free_port()
   # 600 steps: still running when the signal comes.
@@ -125,15 +130,16 @@ def test_two_processes_stop_together_resume_and_agree_with_one(tmp_path):
   shutil.copytree(two / 'checkpoints' / step, newer)
   (newer / 'data' / 'process_1-of-2.json').write_text('{"next_in')
   # Restarted on the same workdir: both restore the saved step and go on,
-  # profiling the first step after it. In one shared profile folder a process
-  # read back another's half-written trace (EOFError) and the other hung at
-  # the next collective: one folder per process.
+  # profiling the third step after it (a traced compilation, of the first,
+  # is slow). In one shared profile folder a process read back another's
+  # half-written trace (EOFError) and the other hung at the next collective:
+  # one folder per process.
   end = int(step) + 4
   logs = run_two_processes(
       *args,
       f'--config.train.num_steps={end}',
       f'--workdir={two}',
-      f'--config.train.profile_from_step={step}',
+      f'--config.train.profile_from_step={int(step) + 2}',
       '--config.train.profile_steps=1',
   )
   assert 'process 1 cannot read its data-iterator state' in logs[0]
@@ -147,7 +153,9 @@ def test_two_processes_stop_together_resume_and_agree_with_one(tmp_path):
         )
     )
     assert len(traces) == 1, process
-  nmt(*args, f'--config.train.num_steps={end}', f'--workdir={one}')
+  # One process, in this one: the command line's config.
+  config = cli_config(*args, f'--config.train.num_steps={end}')
+  train.train_and_evaluate(config, str(one))
 
   distributed, single = final_params(two, end), final_params(one, end)
   assert set(distributed) == set(single)
@@ -158,8 +166,11 @@ def test_two_processes_stop_together_resume_and_agree_with_one(tmp_path):
   # Translating in two processes: process 0 writes the lines, and stdout
   # carries nothing else (gloo printed '[Gloo] Rank 0 is connected ...' there).
   sentences = 'a b c d\ne f a\n'
-  alone = nmt(
-      *args, f'--workdir={two}', '--mode=translate', input_text=sentences
+  alone = ''.join(
+      line + '\n'
+      for line in inference.translate(
+          config, [str(two)], sentences.split('\n')[:2]
+      )
   )
   port = free_port()
   translate = [*args, f'--workdir={two}', '--mode=translate']
@@ -175,8 +186,8 @@ def test_two_processes_stop_together_resume_and_agree_with_one(tmp_path):
       if p.poll() is None:
         p.kill()
   assert [p.returncode for p in processes] == [0, 0], outputs[1][1][-2000:]
-  assert [out for out, _ in outputs] == [alone.stdout, '']
-  assert len(alone.stdout.splitlines()) == 2
+  assert [out for out, _ in outputs] == [alone, '']
+  assert len(alone.splitlines()) == 2
   with open(two / 'eval_results.json') as f:
     two_eval = json.load(f)
   with open(one / 'eval_results.json') as f:
@@ -353,10 +364,12 @@ print('returned', parallel.process_0_first(work, 'sleeping'))
 """
 
 
-def test_the_others_wait_for_process_0_longer_than_a_collective_would():
-  """A corpus download or vocabulary build on process 0 takes minutes to
-  hours; the others waited in a collective, whose first call on a CPU gave
-  up after 30 s (gloo: DEADLINE_EXCEEDED)."""
+@pytest.fixture(scope='module', autouse=True)
+def process_0_sleeping():
+  """The two processes of the last test, started with the module's first.
+
+  Process 0 sleeps 35 s; the other tests run meanwhile.
+  """
   address = f'localhost:{free_port()}'
   processes = [
       subprocess.Popen(
@@ -370,11 +383,22 @@ def test_the_others_wait_for_process_0_longer_than_a_collective_would():
       for i in (0, 1)
   ]
   try:
-    outputs = [p.communicate(timeout=150) for p in processes]
+    yield processes
   finally:
     for p in processes:
       if p.poll() is None:
         p.kill()
+        p.communicate()
+
+
+def test_the_others_wait_for_process_0_longer_than_a_collective_would(
+    process_0_sleeping,
+):
+  """A corpus download or vocabulary build on process 0 takes minutes to
+  hours; the others waited in a collective, whose first call on a CPU gave
+  up after 30 s (gloo: DEADLINE_EXCEEDED)."""
+  processes = process_0_sleeping
+  outputs = [p.communicate(timeout=150) for p in processes]
   for i, (p, (out, err)) in enumerate(zip(processes, outputs)):
     assert p.returncode == 0, err[-2000:]
     assert out.split() == ['returned', str(i)]

@@ -1,7 +1,7 @@
 """Data parallelism on 8 fake CPU devices: same numbers as 1 device, jit == pmap, checkpoints
 move between device counts, and device-count mistakes are one-line errors."""
 
-import os
+import json
 import subprocess
 import sys
 
@@ -13,18 +13,38 @@ from nmt_jax.system import parallel
 from tests import conftest
 
 ROOT = conftest.ROOT
-WORKER = os.path.join(ROOT, 'tests', 'parallel_worker.py')
 STEPS = 4
 
 pytestmark = pytest.mark.slow
 
 
-def run_worker(tmp_path, name, devices, *args):
+# Several runs of tests/parallel_worker.py in one process: the device count
+# is the process's (XLA_FLAGS), a run's arguments are the worker's command
+# line.
+DRIVER = """
+import json, sys
+from tests import parallel_worker
+for args in sys.argv[1:]:
+  sys.argv = ['parallel_worker.py', *json.loads(args)]
+  parallel_worker.main()
+"""
+
+
+def run_workers(tmp_path, devices, runs):
+  """{name: the worker's output} of `runs` ({name: [args]}), in order."""
   env = conftest.subprocess_env()
-  env['XLA_FLAGS'] = f'--xla_force_host_platform_device_count={devices}'
-  out = str(tmp_path / f'{name}.npz')
+  env['XLA_FLAGS'] += f' --xla_force_host_platform_device_count={devices}'
+  outs = {name: str(tmp_path / f'{name}.npz') for name in runs}
   result = subprocess.run(
-      [sys.executable, WORKER, out, f'--steps={STEPS}', *args],
+      [
+          sys.executable,
+          '-c',
+          DRIVER,
+          *(
+              json.dumps([outs[name], f'--steps={STEPS}', *args])
+              for name, args in runs.items()
+          ),
+      ],
       cwd=ROOT,
       env=env,
       capture_output=True,
@@ -32,9 +52,12 @@ def run_worker(tmp_path, name, devices, *args):
       timeout=600,
   )
   assert result.returncode == 0, result.stderr[-3000:]
-  loaded = np.load(out)
-  assert int(loaded['devices']) == devices
-  return {k: loaded[k] for k in loaded.files if k != 'devices'}
+  loaded = {}
+  for name, out in outs.items():
+    with np.load(out) as run:
+      assert int(run['devices']) == devices
+      loaded[name] = {k: run[k] for k in run.files if k != 'devices'}
+  return loaded
 
 
 def assert_same(a, b, rtol=2e-5, atol=2e-5):
@@ -50,41 +73,53 @@ def assert_same(a, b, rtol=2e-5, atol=2e-5):
 
 @pytest.fixture(scope='module')
 def runs(tmp_path_factory):
+  """Every worker run of the tests below, in three processes."""
   tmp = tmp_path_factory.mktemp('parallel')
-  one = run_worker(tmp, 'one', 1, '--save_at=2', f'--save_dir={tmp}/ckpt1')
-  eight = run_worker(tmp, 'eight', 8, '--save_at=2', f'--save_dir={tmp}/ckpt8')
-  return tmp, one, eight
+  done = run_workers(
+      tmp, 1, {'one': ['--save_at=2', f'--save_dir={tmp}/ckpt1']}
+  )
+  done |= run_workers(
+      tmp,
+      8,
+      {
+          'eight': ['--save_at=2', f'--save_dir={tmp}/ckpt8'],
+          'from_one': [f'--restore_dir={tmp}/ckpt1'],
+          # Dropout off: pmap draws its masks per device, jit over the global
+          # batch.
+          'jit': ['--mode=jit', '--no_dropout'],
+          'pmap': ['--mode=pmap', '--no_dropout'],
+      },
+  )
+  done |= run_workers(tmp, 1, {'from_eight': [f'--restore_dir={tmp}/ckpt8']})
+  return done
 
 
 def test_eight_devices_equal_one(runs):
-  _, one, eight = runs
+  one, eight = runs['one'], runs['eight']
   assert len(one['losses']) == STEPS
   # the steps did update
   assert not np.allclose(one['losses'][0], one['losses'][-1])
   assert_same(one, eight)
 
 
-def test_pmap_equals_jit(tmp_path):
-  # Dropout off: pmap draws its masks per device, jit over the global batch.
-  jit = run_worker(tmp_path, 'jit', 8, '--mode=jit', '--no_dropout')
-  pmap = run_worker(tmp_path, 'pmap', 8, '--mode=pmap', '--no_dropout')
-  assert_same(jit, pmap)
+def test_pmap_equals_jit(runs):
+  assert_same(runs['jit'], runs['pmap'])
 
 
 def test_checkpoint_moves_between_device_counts(runs):
-  tmp, one, eight = runs
-  # Saved at step 2 on 8 devices, continued on 1 -> the uninterrupted 1-device run.
-  from_eight = run_worker(tmp, 'from_eight', 1, f'--restore_dir={tmp}/ckpt8')
-  from_one = run_worker(tmp, 'from_one', 8, f'--restore_dir={tmp}/ckpt1')
+  # Saved at step 2 on 8 devices, continued on 1 -> the uninterrupted 1-device
+  # run, and the other way.
   params = lambda run: {k: v for k, v in run.items() if k != 'losses'}
-  assert_same(params(from_eight), params(one))
-  assert_same(params(from_one), params(eight))
-  np.testing.assert_allclose(from_eight['losses'], one['losses'][2:], rtol=2e-5)
+  assert_same(params(runs['from_eight']), params(runs['one']))
+  assert_same(params(runs['from_one']), params(runs['eight']))
+  np.testing.assert_allclose(
+      runs['from_eight']['losses'], runs['one']['losses'][2:], rtol=2e-5
+  )
 
 
 def nmt_on_devices(devices, *args):
   env = conftest.subprocess_env()
-  env['XLA_FLAGS'] = f'--xla_force_host_platform_device_count={devices}'
+  env['XLA_FLAGS'] += f' --xla_force_host_platform_device_count={devices}'
   return subprocess.run(
       [sys.executable, '-m', 'nmt_jax.main', *args],
       cwd=ROOT,

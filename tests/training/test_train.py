@@ -174,23 +174,25 @@ def test_flexible_finetuning_objective_rewards_strength():
   batch = setup.batches.batch(0)
   params = setup.state.params
 
-  def objective(beta):
+  def loss_fn(p):
+    logits, diagnostics = setup.model.apply(
+        {'params': p},
+        batch['source'],
+        batch['target_in'],
+        train=True,
+        rngs={'dropout': jax.random.key(0)},
+    )
+    loss_sum, tokens = steps.cross_entropy(logits, batch['target_out'])
+    return loss_sum / tokens, diagnostics['strength']
+
+  nll, strength = jax.jit(loss_fn)(params)
+  mask = batch['target_out'] != PAD
+  nll = float(nll)
+  mean_g = float(np.sum(np.where(mask, strength, 0)) / mask.sum())
+  grads = {}
+  for name, beta in (('plain', 0.0), ('tuned', 0.5)):
     cfg = setup.config.copy_and_resolve_references()
     cfg.train.beta = beta
-
-    def loss_fn(p):
-      logits, diagnostics = setup.model.apply(
-          {'params': p},
-          batch['source'],
-          batch['target_in'],
-          train=True,
-          rngs={'dropout': jax.random.key(0)},
-      )
-      loss_sum, tokens = steps.cross_entropy(logits, batch['target_out'])
-      return loss_sum / tokens, diagnostics['strength']
-
-    nll, strength = loss_fn(params)
-    mask = batch['target_out'] != PAD
     step = jax.jit(
         functools.partial(
             steps.train_step,
@@ -199,16 +201,6 @@ def test_flexible_finetuning_objective_rewards_strength():
             config=cfg,
         )
     )
-    return (
-        step,
-        float(nll),
-        float(np.sum(np.where(mask, strength, 0)) / mask.sum()),
-    )
-
-  plain_step, nll, mean_g = objective(0.0)
-  tuned_step, _, _ = objective(0.5)
-  grads = {}
-  for name, step in (('plain', plain_step), ('tuned', tuned_step)):
     state, metrics = step(setup.state, batch)
     grads[name] = state.params
     np.testing.assert_allclose(
@@ -343,16 +335,19 @@ def test_dropout_masks_come_from_the_configured_generator():
   batch = None
   losses = {}
   for dropout in (0.0, 0.3):
+    setup = train.build(
+        helpers.tiny_config('global', 'general', dropout=dropout)
+    )
+    batch = setup.batches.batch(0) if batch is None else batch
     for rng in ('philox2x32', 'threefry2x32'):
-      config = helpers.tiny_config('global', 'general', dropout=dropout)
+      # The step reads the generator from its config (nothing else does).
+      config = setup.config.copy_and_resolve_references()
       config.train.dropout_rng = rng
-      setup = train.build(config)
-      batch = setup.batches.batch(0) if batch is None else batch
       step = functools.partial(
           steps.train_step,
           model=setup.model,
           optimizer=setup.optimizer,
-          config=setup.config,
+          config=config,
       )
       if dropout:
         jaxpr = str(jax.make_jaxpr(step)(setup.state, batch))

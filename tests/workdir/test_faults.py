@@ -2,7 +2,9 @@
 
 Each case asserts the exit status, a one-line message without a traceback,
 and that the files that existed before are unchanged (a damaged checkpoint:
-moved aside intact).
+moved aside intact). Where the process is not what a case is about, it runs
+what the command runs in this process (train.train_and_evaluate,
+inference.score, train.prepare): the error and the files are the same.
 """
 
 import gc
@@ -16,12 +18,16 @@ import socket
 import subprocess
 import sys
 import time
+import types
 
 import numpy as np
 import pytest
 
+from nmt_jax import average
+from nmt_jax import inference
 from nmt_jax import train
 from nmt_jax.analysis import runs
+from nmt_jax.config import cli_flags
 from nmt_jax.config import defaults
 from nmt_jax.config import validation
 from nmt_jax.system import errors
@@ -33,6 +39,7 @@ from nmt_jax.workdir import locks
 from nmt_jax.workdir import writers
 from tests import conftest
 from tests.commands import QUICK
+from tests.commands import cli_config
 from tests.commands import final_params
 from tests.commands import nmt
 from tests.commands import snapshot
@@ -40,21 +47,27 @@ from tests.commands import wait_until
 from tests.conftest import ROOT
 
 CONFIG = 'configs/global_general.py:tiny'
+# Checkpoints 2, 4, ..., 18: one good one under eight damaged each its own
+# way (test_damaged_checkpoints_are_set_aside_and_training_resumes).
+STEPS = tuple(range(2, 19, 2))
 RUN = [
     f'--config={CONFIG}',
     *QUICK,
-    '--config.train.num_steps=6',
-    '--config.train.keep_checkpoints=3',
+    f'--config.train.num_steps={STEPS[-1]}',
+    f'--config.train.keep_checkpoints={len(STEPS)}',
 ]
+LAST = STEPS[-1]
 
 pytestmark = pytest.mark.slow
 
 
 @pytest.fixture(scope='module')
 def trained(tmp_path_factory):
-  """A tiny run with checkpoints 2, 4 and 6."""
+  """`nmt(*RUN)`'s workdir, trained in this process: checkpoints STEPS."""
   workdir = str(tmp_path_factory.mktemp('faults') / 'tiny')
-  nmt(*RUN, f'--workdir={workdir}')
+  train.train_and_evaluate(cli_config(*RUN), workdir)
+  names = os.listdir(os.path.join(workdir, 'checkpoints'))
+  assert sorted(int(n) for n in names if n.isdigit()) == list(STEPS)
   return workdir
 
 
@@ -119,29 +132,43 @@ def _iterator_elsewhere(step_dir):
     f.write('{"next_index": 5}')
 
 
-# Two modes per run: the newest step (6) damaged one way and the one before
-# (4) another, so each run also falls back twice in a row.
-DAMAGE_PAIRS = [
-    (_truncate, _garble),
-    (_flip_one_byte, _delete_state),
-    (_delete_meta, _bad_meta_json),
-    (_iterator_elsewhere, _truncate),
-]
+def _data_state_not_json(step_dir):
+  # Its checksums pass; its data state is cut short.
+  with open(os.path.join(step_dir, 'data', 'process_0-of-1.json'), 'w') as f:
+    f.write('{"next_ind')
 
 
-@pytest.mark.parametrize(
-    'damage_6, damage_4',
-    DAMAGE_PAIRS,
-    ids=lambda f: f.__name__[1:],
-)
+# Newest first, one way each: every one found damaged in turn, so the run
+# also falls back many times in a row.
+DAMAGES = {
+    18: _delete_meta,
+    16: _iterator_elsewhere,
+    14: _truncate,
+    12: _flip_one_byte,
+    10: _garble,
+    8: _delete_state,
+    6: _bad_meta_json,
+    4: _data_state_not_json,
+}
+
+
 def test_damaged_checkpoints_are_set_aside_and_training_resumes(
-    trained, tmp_path, damage_6, damage_4
+    trained, tmp_path
 ):
+  """Each damaged step is set aside intact and training resumes at 2.
+
+  Also: an empty step folder (99) is not a checkpoint (set aside, not the
+  last step num_steps must reach), and step 2 has no data state for this
+  process count (as if saved by another number of processes): the stream
+  starts at its step.
+  """
   workdir = _copy(trained, tmp_path)
   checkpoints = os.path.join(workdir, 'checkpoints')
-  damage_6(os.path.join(checkpoints, '6'))
-  damage_4(os.path.join(checkpoints, '4'))
-  damaged = {s: snapshot(os.path.join(checkpoints, s)) for s in ('6', '4')}
+  for step, damage in DAMAGES.items():
+    damage(os.path.join(checkpoints, str(step)))
+  os.makedirs(os.path.join(checkpoints, '99'))
+  os.remove(os.path.join(checkpoints, '2', 'data', 'process_0-of-1.json'))
+  damaged = {s: snapshot(os.path.join(checkpoints, str(s))) for s in DAMAGES}
   good = snapshot(os.path.join(checkpoints, '2'))
 
   result = nmt(*RUN, f'--workdir={workdir}', check=False)
@@ -149,65 +176,36 @@ def test_damaged_checkpoints_are_set_aside_and_training_resumes(
   assert result.returncode == 0, result.stderr[-3000:]
   assert 'Traceback' not in result.stderr
   warnings = [x for x in result.stderr.splitlines() if 'is damaged' in x]
-  assert len(warnings) == 2, warnings
-  assert f'{checkpoints}/6 is damaged' in warnings[0]
-  assert f'{checkpoints}/4 is damaged' in warnings[1]
+  assert len(warnings) == 1 + len(DAMAGES), warnings
+  for warning, step in zip(warnings, [99, *DAMAGES]):
+    assert f'{checkpoints}/{step} is damaged' in warning, warnings
+  assert f'{checkpoints}/4 is damaged (process_0-of-1.json: ' in warnings[-1]
   assert 'resuming from step 2' in result.stderr
+  corrupt = os.path.join(checkpoints, 'corrupt')
+  assert sorted(os.listdir(corrupt)) == sorted(map(str, [99, *DAMAGES]))
   for step, files in damaged.items():
-    assert snapshot(os.path.join(checkpoints, 'corrupt', step)) == files
+    assert snapshot(os.path.join(corrupt, str(step))) == files
   assert snapshot(os.path.join(checkpoints, '2')) == good
-  for step in ('4', '6'):  # trained again
-    assert os.path.isdir(os.path.join(checkpoints, step))
+  for step in DAMAGES:  # trained again
+    assert os.path.isdir(os.path.join(checkpoints, str(step)))
 
 
-def test_empty_step_directory_is_set_aside(trained, tmp_path):
+def test_eval_takes_over_a_stale_lock_and_falls_back_from_a_damaged_best(
+    trained, tmp_path
+):
   workdir = _copy(trained, tmp_path)
-  checkpoints = os.path.join(workdir, 'checkpoints')
-  os.makedirs(os.path.join(checkpoints, '99'))
-  # Not a checkpoint: set aside, not the last step that num_steps must reach.
-  result = nmt(
-      *RUN,
-      f'--workdir={workdir}',
-      '--config.train.num_steps=8',
-      '--config.train.checkpoint_every=1000',
-      check=False,
-  )
-  assert result.returncode == 0, result.stderr[-3000:]
-  assert f'{checkpoints}/99 is damaged' in result.stderr
-  assert 'resuming from step 6' in result.stderr
-  assert os.path.isdir(os.path.join(checkpoints, 'corrupt', '99'))
-
-
-def test_a_damaged_data_state_and_a_step_without_one(trained, tmp_path):
-  """6 fails its checksums after its data state moved the iterator; 4's data
-  state is not JSON; 2 has none for this process count (as if saved by
-  another number of processes): training resumes at 2 with the stream at 2.
-  """
-  workdir = _copy(trained, tmp_path)
-  checkpoints = os.path.join(workdir, 'checkpoints')
-  _flip_one_byte(os.path.join(checkpoints, '6'))
-  with open(
-      os.path.join(checkpoints, '4', 'data', 'process_0-of-1.json'), 'w'
-  ) as f:
-    f.write('{"next_ind')
-  os.remove(os.path.join(checkpoints, '2', 'data', 'process_0-of-1.json'))
-
-  result = nmt(*RUN, f'--workdir={workdir}', check=False)
-
-  assert result.returncode == 0, result.stderr[-3000:]
-  assert f'{checkpoints}/4 is damaged (process_0-of-1.json: ' in result.stderr
-  assert 'resuming from step 2' in result.stderr
-  assert sorted(os.listdir(os.path.join(checkpoints, 'corrupt'))) == ['4', '6']
-
-
-def test_eval_falls_back_from_a_damaged_best_checkpoint(trained, tmp_path):
-  workdir = _copy(trained, tmp_path)
+  dead = subprocess.Popen([sys.executable, '-c', 'pass'])
+  dead.wait()
+  with open(os.path.join(workdir, locks.LOCK_FILE), 'w') as f:
+    json.dump({'host': socket.gethostname(), 'pid': dead.pid}, f)
   with open(os.path.join(workdir, 'eval_results.json')) as f:
     best = json.load(f)['checkpoint_step']
   _truncate(os.path.join(workdir, 'checkpoints', str(best)))
   result = nmt(*RUN, f'--workdir={workdir}', '--mode=eval', check=False)
   assert result.returncode == 0, result.stderr[-3000:]
   assert 'Traceback' not in result.stderr
+  assert 'taking over the stale lock' in result.stderr
+  assert not os.path.exists(os.path.join(workdir, locks.LOCK_FILE))
   with open(os.path.join(workdir, 'eval_results.json')) as f:
     assert json.load(f)['checkpoint_step'] != best
   assert os.path.isdir(
@@ -216,14 +214,22 @@ def test_eval_falls_back_from_a_damaged_best_checkpoint(trained, tmp_path):
 
 
 def test_every_checkpoint_damaged_is_one_error(trained, tmp_path):
+  # In this process, where the command fails.
   workdir = _copy(trained, tmp_path)
-  for step in ('2', '4', '6'):
-    _delete_meta(os.path.join(workdir, 'checkpoints', step))
-  result = nmt(*RUN, f'--workdir={workdir}', check=False)
-  _one_line_error(result, 'every checkpoint of', 'is damaged')
+  # A workdir of two checkpoints (each failed read takes a while), both
+  # damaged.
+  for step in STEPS[2:]:
+    shutil.rmtree(os.path.join(workdir, 'checkpoints', str(step)))
+  for step in STEPS[:2]:
+    _delete_meta(os.path.join(workdir, 'checkpoints', str(step)))
+  with pytest.raises(errors.CheckpointError) as error:
+    train.train_and_evaluate(cli_config(*RUN), workdir)
+  message = str(error.value)
+  assert 'every checkpoint of' in message and 'is damaged' in message
+  assert '\n' not in message
   assert sorted(
       os.listdir(os.path.join(workdir, 'checkpoints', 'corrupt'))
-  ) == ['2', '4', '6']
+  ) == ['2', '4']
 
 
 # ------------------------------------------------------------- two writers
@@ -250,18 +256,6 @@ def test_second_writer_is_refused(trained, tmp_path):
     result = nmt(*RUN, f'--workdir={workdir}', f'--mode={mode}', check=False)
     _one_line_error(result, f'is in use by pid {os.getpid()}', 'the first run')
   assert snapshot(workdir) == before
-
-
-def test_stale_lock_of_a_dead_process_is_taken_over(trained, tmp_path):
-  workdir = _copy(trained, tmp_path)
-  dead = subprocess.Popen([sys.executable, '-c', 'pass'])
-  dead.wait()
-  with open(os.path.join(workdir, locks.LOCK_FILE), 'w') as f:
-    json.dump({'host': socket.gethostname(), 'pid': dead.pid}, f)
-  result = nmt(*RUN, f'--workdir={workdir}', '--mode=eval', check=False)
-  assert result.returncode == 0, result.stderr[-3000:]
-  assert 'taking over the stale lock' in result.stderr
-  assert not os.path.exists(os.path.join(workdir, locks.LOCK_FILE))
 
 
 def test_a_lock_whose_pid_now_names_another_process_is_stale(tmp_path):
@@ -316,75 +310,79 @@ def test_a_stale_lock_taken_over_by_another_run_meanwhile_is_left_to_it(
 
 
 def test_two_runs_at_once_one_is_refused(tmp_path):
+  # The first run: this process, holding the new workdir's lock as
+  # train.train_and_evaluate does (its pid, start time and boot id).
   workdir = str(tmp_path / 'w')
-  args = [
-      *RUN,
-      f'--workdir={workdir}',
-      '--config.train.num_steps=400',
-      '--config.train.checkpoint_every=1000',
-  ]
-  first = subprocess.Popen(
-      [sys.executable, '-m', 'nmt_jax.main', *args],
-      cwd=ROOT,
-      env=conftest.subprocess_env(),
-      stdout=subprocess.DEVNULL,
-      stderr=subprocess.DEVNULL,
-  )
-  try:
-    lock = os.path.join(workdir, locks.LOCK_FILE)
-    wait_until(lambda: os.path.exists(lock), [first], timeout=120)
-    second = nmt(*args, '--config.train.learning_rate=0.1', check=False)
-    _one_line_error(second, 'is in use by pid', str(first.pid))
-  finally:
-    first.kill()
-    first.wait()
+  os.makedirs(workdir)
+  with locks.locked(workdir):
+    before = snapshot(workdir)
+    second = nmt(*RUN, f'--workdir={workdir}', check=False)
+    _one_line_error(second, 'is in use by pid', str(os.getpid()))
+    assert snapshot(workdir) == before
 
 
 # ------------------------------------------------------------ model identity
 
 
-@pytest.mark.parametrize('mode', ['train', 'eval', 'translate'])
-def test_another_kind_on_a_workdir_is_refused(trained, tmp_path, mode):
+def test_another_kind_on_a_workdir_is_refused(trained, tmp_path):
   workdir = _copy(trained, tmp_path)
   before = snapshot(workdir)
+  local = ['--config=configs/local_m.py:tiny', *QUICK]
+  # As a command reading the workdir (translate; eval restores the same way,
+  # restore.restore_for_inference).
   result = nmt(
-      '--config=configs/local_m.py:tiny',
-      *QUICK,
+      *local,
       f'--workdir={workdir}',
-      f'--mode={mode}',
+      '--mode=translate',
       check=False,
       input_text='4 5 6\n',
   )
-  _one_line_error(
-      result,
-      'holds another model',
-      "model.attention.kind: 'global' there, 'local_m' here",
-  )
+  why = "model.attention.kind: 'global' there, 'local_m' here"
+  _one_line_error(result, 'holds another model', why)
+  # Training it, in this process (train.train_and_evaluate checks first).
+  with pytest.raises(errors.CheckpointError) as error:
+    train.train_and_evaluate(cli_config(*local), workdir)
+  assert 'holds another model' in str(error.value) and why in str(error.value)
   assert snapshot(workdir) == before
 
 
 # ------------------------------------------------------------------ SIGTERM
 
 
-# checkpoint_every 1: the signal lands during a save. Saving every step makes
-# a step ~5x slower, so that run is shorter and still stopped well before
-# its end.
-@pytest.mark.parametrize('checkpoint_every,num_steps', [(1000, 300), (1, 40)])
+SIGTERM_STEPS = 300
+SIGTERM_RUN = [
+    f'--config={CONFIG}',
+    *QUICK,
+    f'--config.train.num_steps={SIGTERM_STEPS}',
+    '--config.train.checkpoint_every=1000',
+    '--config.train.eval_every=1000',
+    '--config.train.log_every=1',
+    '--config.train.keep_checkpoints=2',
+]
+
+
+@pytest.fixture(scope='module')
+def uninterrupted(tmp_path_factory):
+  """The final parameters of `nmt(*SIGTERM_RUN)`, trained in this process.
+
+  Saves do not change the numbers: the run to compare with saves at its end.
+  """
+  workdir = str(tmp_path_factory.mktemp('sigterm') / 'straight')
+  train.train_and_evaluate(cli_config(*SIGTERM_RUN), workdir)
+  return final_params(workdir, SIGTERM_STEPS)
+
+
+# checkpoint_every 1: the signal lands during a save (saving every step makes
+# a step ~5x slower). Either run is stopped well before its end.
+@pytest.mark.parametrize('checkpoint_every', [1000, 1])
 def test_sigterm_saves_a_checkpoint_and_resumes_exactly(
-    tmp_path, checkpoint_every, num_steps
+    uninterrupted, tmp_path, checkpoint_every
 ):
   args = [
-      f'--config={CONFIG}',
-      *QUICK,
-      f'--config.train.num_steps={num_steps}',
+      *SIGTERM_RUN,
       f'--config.train.checkpoint_every={checkpoint_every}',
-      '--config.train.eval_every=1000',
-      '--config.train.log_every=1',
-      '--config.train.keep_checkpoints=2',
   ]
-  straight, stopped = str(tmp_path / 'straight'), str(tmp_path / 'stopped')
-  # Saves do not change the numbers: the run to compare with saves at its end.
-  nmt(*args, '--config.train.checkpoint_every=1000', f'--workdir={straight}')
+  stopped = str(tmp_path / 'stopped')
   process = subprocess.Popen(
       [sys.executable, '-m', 'nmt_jax.main', *args, f'--workdir={stopped}'],
       cwd=ROOT,
@@ -405,18 +403,22 @@ def test_sigterm_saves_a_checkpoint_and_resumes_exactly(
   last = stderr.strip().splitlines()[-1]
   assert last.startswith('stopped by SIGTERM after step') and 'resume' in last
   step = int(last.split('after step ')[1].split(',')[0])
-  assert 0 < step < num_steps
+  assert 0 < step < SIGTERM_STEPS
   assert str(step) in os.listdir(os.path.join(stopped, 'checkpoints'))
 
-  nmt(*args, f'--workdir={stopped}')
-  a, b = final_params(straight, num_steps), final_params(stopped, num_steps)
-  for key in a:
-    np.testing.assert_array_equal(a[key], b[key], err_msg=key)
+  # Resumed in this process (what the same command runs), saving only at its
+  # end: saving every step would take ~5x as long, and saves do not change
+  # the numbers.
+  train.train_and_evaluate(cli_config(*SIGTERM_RUN), stopped)
+  resumed = final_params(stopped, SIGTERM_STEPS)
+  assert resumed.keys() == uninterrupted.keys()
+  for key, value in uninterrupted.items():
+    np.testing.assert_array_equal(value, resumed[key], err_msg=key)
   # The resumed run recorded each step once.
   steps = [
       r['step'] for r in writers.read_metrics(stopped) if r['split'] == 'train'
   ]
-  assert steps == sorted(set(steps)) and steps[-1] == num_steps
+  assert steps == sorted(set(steps)) and steps[-1] == SIGTERM_STEPS
 
 
 # ----------------------------------------------------------- bad numbers
@@ -469,22 +471,24 @@ def test_seed_out_of_range_is_refused(seed):
 
 
 def test_divergence_stops_with_the_last_good_checkpoint(trained, tmp_path):
+  # In this process (as a command, one error line: test_cli.py's
+  # test_nan_loss_stops_and_keeps_the_last_good_checkpoint).
   workdir = _copy(trained, tmp_path)
   before = snapshot(os.path.join(workdir, 'checkpoints'))
-  result = nmt(
+  config = cli_config(
       *RUN,
-      f'--workdir={workdir}',
       '--config.train.learning_rate=1e30',
       '--config.train.num_steps=40',
       '--config.train.checkpoint_every=1000',
       # No validation either: one of the diverging weights that happened to
       # score a better BLEU than the tiny trained model would be saved.
       '--config.train.eval_every=1000',
-      check=False,
   )
-  _one_line_error(
-      result, 'training loss became', 'the last checkpoint (step 6)'
-  )
+  with pytest.raises(errors.TrainingError) as error:
+    train.train_and_evaluate(config, workdir)
+  message = str(error.value)
+  assert 'training loss became' in message and '\n' not in message
+  assert f'the last checkpoint (step {LAST})' in message
   assert snapshot(os.path.join(workdir, 'checkpoints')) == before
 
 
@@ -492,48 +496,46 @@ def test_divergence_stops_with_the_last_good_checkpoint(trained, tmp_path):
 
 
 def test_num_steps_below_the_last_checkpoint(trained, tmp_path):
+  # In this process, where the command fails.
   workdir = _copy(trained, tmp_path)
   before = snapshot(workdir)
-  result = nmt(
-      *RUN, f'--workdir={workdir}', '--config.train.num_steps=3', check=False
-  )
-  _one_line_error(
-      result,
-      'train.num_steps=3 is below the last checkpoint',
-      'raise --config.train.num_steps',
-  )
-  assert snapshot(workdir) == before
-  # With train.num_epochs (which sets num_steps) the advice names it.
-  result = nmt(
-      *RUN,
-      f'--workdir={workdir}',
-      '--config.train.num_epochs=0.001',
-      check=False,
-  )
-  _one_line_error(
-      result, 'train.num_steps=1 is below', 'raise --config.train.num_epochs'
-  )
-  assert snapshot(workdir) == before
+  for override, fragments in [
+      (
+          '--config.train.num_steps=3',
+          [
+              'train.num_steps=3 is below the last checkpoint',
+              'raise --config.train.num_steps',
+          ],
+      ),
+      # With train.num_epochs (which sets num_steps) the advice names it.
+      (
+          '--config.train.num_epochs=0.001',
+          ['train.num_steps=1 is below', 'raise --config.train.num_epochs'],
+      ),
+  ]:
+    with pytest.raises(errors.UserError) as error:
+      train.train_and_evaluate(cli_config(*RUN, override), workdir)
+    for fragment in fragments:
+      assert fragment in str(error.value), error.value
+    assert '\n' not in str(error.value)
+    assert snapshot(workdir) == before
 
 
 def test_failure_before_training_leaves_no_empty_workdir(tmp_path):
+  # (As a command: test_beam_wider_than_the_vocabulary_fails_before_training.)
   workdir = str(tmp_path / 'new')
-  result = nmt(
-      *RUN,
-      f'--workdir={workdir}',
-      '--config.data.name=text:/nonexistent/x',
-      check=False,
-  )
-  assert result.returncode == 2
+  config = cli_config(*RUN, '--config.data.name=text:/nonexistent/x')
+  with pytest.raises(errors.UserError):
+    train.train_and_evaluate(config, workdir)
   assert not os.path.exists(workdir)
 
 
 def test_metrics_reader_skips_a_half_written_last_line(trained, tmp_path):
   workdir = _copy(trained, tmp_path)
   with open(os.path.join(workdir, 'metrics.jsonl'), 'a') as f:
-    f.write('{"step": 7, "split": "tra')
+    f.write(f'{{"step": {LAST + 1}, "split": "tra')
   records = runs.load_run(workdir).metrics
-  assert records and all(r['step'] <= 6 for r in records)
+  assert records and all(r['step'] <= LAST for r in records)
 
 
 def test_translate_input_and_output_errors_come_before_decoding(
@@ -561,13 +563,6 @@ def test_translate_input_and_output_errors_come_before_decoding(
 
 
 def test_translate_keeps_line_numbers_and_blank_lines(trained, tmp_path):
-  out = nmt(
-      f'--config={CONFIG}',
-      f'--workdir={trained}',
-      '--mode=translate',
-      input_text='a b\n\nc d\n',
-  )
-  assert len(out.stdout.split('\n')) == 4 and out.stdout.split('\n')[1] == ''
   # Longer than data.max_length (8): decoded in a bucket of its own, as eval
   # does with long test lines (translate and score refused them).
   long_line = ' '.join(['a', 'b', 'c'] * 4)
@@ -575,25 +570,30 @@ def test_translate_keeps_line_numbers_and_blank_lines(trained, tmp_path):
       f'--config={CONFIG}',
       f'--workdir={trained}',
       '--mode=translate',
-      input_text=f'a b\n{long_line}\n',
+      # U+2028 and a lone CR are whitespace inside a line, not line ends:
+      # the last line is the one before it. (stdin is read as bytes.)
+      input_text=f'a b\n\n{long_line}\nc d\na b c\na\u2028b\rc\n',
   )
-  assert len(out.stdout.splitlines()) == 2
-  out = nmt(
-      f'--config={CONFIG}',
-      f'--workdir={trained}',
-      '--mode=score',
-      input_text=f'a b\ta b\n{long_line}\t{long_line}\n',
+  lines = out.stdout.split('\n')
+  assert len(lines) == 7 and lines[1] == '' and lines[-1] == ''
+  assert lines[5] == lines[4]
+  # Scored in this process (what --mode=score prints).
+  scored = inference.score(
+      cli_config(f'--config={CONFIG}'),
+      [trained],
+      [(1, 'a b', 'a b'), (2, long_line, long_line)],
   )
   # The sum, the mean and one log-probability per token: 12 and EOS.
-  assert [len(line.split()) for line in out.stdout.splitlines()][1] == 2 + 13
-  result = nmt(
-      f'--config={CONFIG}',
-      f'--workdir={trained}',
-      '--mode=translate',
-      input_text='a b\n\n\n\nz z\n',
-      check=False,
-  )
-  _one_line_error(result, "token 'z' on line 5")
+  assert [len(line.split()) for line in scored] == [2 + 3, 2 + 13]
+  # A token outside the vocabulary is named by its line (in this process).
+  with pytest.raises(errors.UserError) as error:
+    inference.translate(
+        cli_config(f'--config={CONFIG}'),
+        [trained],
+        ['a b', '', '', '', 'z z'],
+    )
+  assert "token 'z' on line 5" in str(error.value)
+  assert '\n' not in str(error.value)
 
 
 @pytest.mark.parametrize(
@@ -615,8 +615,17 @@ def test_translate_keeps_line_numbers_and_blank_lines(trained, tmp_path):
 def test_broken_config_files_are_one_line(tmp_path, text, message):
   path = tmp_path / 'broken.py'
   path.write_text(text)
+  with pytest.raises(errors.ConfigError) as error:
+    cli_flags.load_config(str(path))
+  assert message in str(error.value) and '\n' not in str(error.value)
+
+
+def test_a_broken_config_file_ends_the_command_before_any_workdir(tmp_path):
+  # The command line's way to the errors above (cli_flags.parse_flags).
+  path = tmp_path / 'broken.py'
+  path.write_text('import no_such_module\n')
   result = nmt(f'--config={path}', f'--workdir={tmp_path}/w', check=False)
-  _one_line_error(result, message)
+  _one_line_error(result, "No module named 'no_such_module'")
   assert not os.path.exists(tmp_path / 'w')
 
 
@@ -652,6 +661,7 @@ def test_disk_full_during_a_save_is_one_line(tmp_path, monkeypatch):
 
 
 def _text_corpus(tmp_path, dev_de, dev_en, train_prefix=b''):
+  """The config of a word-level text corpus of these dev files."""
   lines = open(
       os.path.join(ROOT, 'tests/corpora/numbers.train.de'), 'rb'
   ).read()
@@ -662,40 +672,47 @@ def _text_corpus(tmp_path, dev_de, dev_en, train_prefix=b''):
   (tmp_path / 'c.train.en').write_bytes(targets)
   (tmp_path / 'c.dev.de').write_bytes(dev_de)
   (tmp_path / 'c.dev.en').write_bytes(dev_en)
-  return [
+  return cli_config(
       f'--config={CONFIG}',
       *QUICK,
       f'--config.data.name=text:{tmp_path}/c',
       '--config.data.vocab.kind=word',
       '--config.data.max_length=20',
-      f'--workdir={tmp_path}/w',
-  ]
+  )
+
+
+# The corpus is read (and the vocabularies built) as training does, by
+# --mode=prepare (train.prepare), in this process.
 
 
 def test_cr_line_endings_and_a_bom_are_read_as_text(tmp_path):
-  args = _text_corpus(
+  config = _text_corpus(
       tmp_path,
       b'eins zwei\rdrei\r',
       b'one two\rthree\r',
       train_prefix=b'\xef\xbb\xbf',
   )
-  nmt(*args, '--config.train.num_steps=2')
+  task = train.prepare(config, str(tmp_path / 'w'))
+  assert task.eval.target_text == ['one two', 'three']
   vocab = open(glob.glob(f'{tmp_path}/w/vocab/*')[0], encoding='utf-8').read()
   assert '\ufeff' not in vocab
 
 
 def test_blank_dev_files_get_the_right_advice(tmp_path):
-  args = _text_corpus(tmp_path, b'\n\n \n', b'\n\n\n')
-  result = nmt(*args, check=False)
-  _one_line_error(result, 'give both sides of each line some text')
-  assert 'max_length' not in result.stderr.strip().splitlines()[-1]
+  config = _text_corpus(tmp_path, b'\n\n \n', b'\n\n\n')
+  with pytest.raises(errors.UserError) as error:
+    train.prepare(config, str(tmp_path / 'w'))
+  assert 'give both sides of each line some text' in str(error.value)
+  assert 'max_length' not in str(error.value)
 
 
 def test_test_split_with_one_language_file_is_one_line(tmp_path):
-  args = _text_corpus(tmp_path, b'eins\n', b'one\n')
+  config = _text_corpus(tmp_path, b'eins\n', b'one\n')
   (tmp_path / 'c.test.de').write_bytes(b'eins\n')
-  result = nmt(*args, check=False)
-  _one_line_error(result, 'c.test.en is missing')
+  with pytest.raises(errors.UserError) as error:
+    train.prepare(config, str(tmp_path / 'w'))
+  assert 'c.test.en is missing' in str(error.value)
+  assert '\n' not in str(error.value)
 
 
 def test_a_checkpoint_rotated_away_while_read_is_not_set_aside(
@@ -707,13 +724,13 @@ def test_a_checkpoint_rotated_away_while_read_is_not_set_aside(
   ckpts = checkpoint.Checkpoints(workdir, create=False)
 
   def restore(step):
-    if step == 6:
-      shutil.rmtree(os.path.join(ckpts.directory, '6'))
+    if step == LAST:
+      shutil.rmtree(os.path.join(ckpts.directory, str(LAST)))
       raise checkpoint.DamagedCheckpoint('Directory does not exist')
     return step
 
   try:
-    assert ckpts.first_good(restore) == (4, 4)
+    assert ckpts.first_good(restore) == (LAST - 2, LAST - 2)
   finally:
     ckpts.close()
   assert not os.path.exists(os.path.join(workdir, 'checkpoints', 'corrupt'))
@@ -723,10 +740,12 @@ def test_a_checkpoint_rotated_away_while_read_is_not_set_aside(
 def test_a_damaged_best_checkpoint_falls_back_to_the_next_best(
     trained, tmp_path, monkeypatch, read_only
 ):
-  # Validation BLEU 50, 70, 10 at steps 2, 4, 6; 4 is damaged. The next best
-  # is 2, also where the damaged step cannot be moved aside (read-only).
+  # Validation BLEU 50, 70 and 10 at steps 2, 4 and the later ones; 4 is
+  # damaged. The next best is 2, also where the damaged step cannot be moved
+  # aside (read-only).
   workdir = _copy(trained, tmp_path)
-  for step, bleu in ((2, 50.0), (4, 70.0), (6, 10.0)):
+  for step in STEPS:
+    bleu = {2: 50.0, 4: 70.0}.get(step, 10.0)
     with open(f'{workdir}/checkpoints/{step}/metrics/metrics', 'w') as f:
       json.dump({'bleu': bleu}, f)
   if read_only:
@@ -750,8 +769,9 @@ def test_a_damaged_best_checkpoint_falls_back_to_the_next_best(
   assert moved != read_only
 
 
-# Step 6 damaged: in its arrays (--last reads them), in its meta JSON (--best
-# ranks by the BLEU there too).
+# The last step damaged: in its arrays (--last reads them), in its meta JSON
+# (--best ranks by the BLEU there too). The first as a command, the others
+# in this process (nmt_jax.average's main prints the same error).
 @pytest.mark.parametrize(
     'damage, flag',
     [
@@ -764,16 +784,26 @@ def test_averaging_a_damaged_checkpoint_is_one_line(
     trained, tmp_path, damage, flag
 ):
   workdir = _copy(trained, tmp_path)
-  damage(os.path.join(workdir, 'checkpoints', '6'))
+  damage(os.path.join(workdir, 'checkpoints', str(LAST)))
   before = snapshot(workdir)
-  result = conftest.run_module(
-      'nmt_jax.average',
-      f'--workdir={workdir}',
-      flag,
-      f'--output={tmp_path}/avg',
-      check=False,
-  )
-  _one_line_error(result, 'checkpoints/6 is damaged', 'without it')
+  fragments = f'checkpoints/{LAST} is damaged', 'without it'
+  if damage is _flip_one_byte:
+    result = conftest.run_module(
+        'nmt_jax.average',
+        f'--workdir={workdir}',
+        flag,
+        f'--output={tmp_path}/avg',
+        check=False,
+    )
+    _one_line_error(result, *fragments)
+  else:
+    name, count = flag[2:].split('=')
+    with pytest.raises(errors.UserError) as error:
+      average.average_checkpoints(
+          workdir, str(tmp_path / 'avg'), **{name: int(count)}
+      )
+    assert all(f in str(error.value) for f in fragments), error.value
+    assert '\n' not in str(error.value)
   assert not os.path.exists(tmp_path / 'avg')
   assert snapshot(workdir) == before
 
@@ -857,13 +887,26 @@ def test_sigterm_interrupts_a_multi_process_run_once_its_loop_has_ended(
     signal.signal(signal.SIGTERM, before)
 
 
-def test_out_of_memory_while_restoring_does_not_set_a_checkpoint_aside():
+@pytest.fixture
+def no_abandoned_reads(monkeypatch):
+  # No restore ran: nothing to wait for after a failed read.
+  monkeypatch.setattr(
+      integrity, 'time', types.SimpleNamespace(sleep=lambda seconds: None)
+  )
+
+
+def test_out_of_memory_while_restoring_does_not_set_a_checkpoint_aside(
+    no_abandoned_reads,
+):
   with pytest.raises(errors.CheckpointError, match='out of memory while'):
     with integrity.reading():
       raise RuntimeError('RESOURCE_EXHAUSTED: Out of memory allocating 4 GiB')
   with pytest.raises(checkpoint.DamagedCheckpoint, match='bad bytes'):
     with integrity.reading():
       raise ValueError('bad bytes')
+  with pytest.raises(checkpoint.DamagedCheckpoint):  # a missing file is
+    with integrity.reading():
+      raise ValueError('NOT_FOUND: Error opening file "x/d/1"')
 
 
 @pytest.mark.parametrize(
@@ -875,15 +918,15 @@ def test_out_of_memory_while_restoring_does_not_set_a_checkpoint_aside():
         ValueError("UNKNOWN: Error reading x: [os_error_code='5'] I/O error"),
     ],
 )
-def test_a_read_the_storage_refused_does_not_set_a_checkpoint_aside(error):
+def test_a_read_the_storage_refused_does_not_set_a_checkpoint_aside(
+    no_abandoned_reads, error
+):
   # A passing NFS hiccup or a permission problem would otherwise set every
-  # good checkpoint aside, one after the other.
+  # good checkpoint aside, one after the other. (A missing file is damage:
+  # test_out_of_memory_while_restoring_does_not_set_a_checkpoint_aside.)
   with pytest.raises(errors.CheckpointError, match='nothing was set aside'):
     with integrity.reading():
       raise error
-  with pytest.raises(checkpoint.DamagedCheckpoint):  # a missing file is
-    with integrity.reading():
-      raise ValueError('NOT_FOUND: Error opening file "x/d/1"')
 
 
 _LATE_READ = """

@@ -9,6 +9,7 @@ import errno
 import json
 import logging
 import os
+import re
 import shutil
 import signal
 import socket
@@ -19,6 +20,8 @@ import numpy as np
 import pytest
 
 from nmt_jax import average
+from nmt_jax import inference
+from nmt_jax import train
 from nmt_jax.system import compile_cache
 from nmt_jax.system import errors
 from nmt_jax.training import preemption
@@ -26,20 +29,31 @@ from nmt_jax.workdir import checkpoint
 from nmt_jax.workdir import integrity
 from nmt_jax.workdir import locks
 from nmt_jax.workdir import writers
+from tests.commands import CONFIG
+from tests.commands import QUICK
+from tests.commands import cli_config
 from tests.commands import nmt
 from tests.commands import snapshot
-from tests.workdir.test_faults import RUN
 from tests.workdir.test_faults import _copy
 from tests.workdir.test_faults import _one_line_error
+
+STEPS = (2, 4, 6)
+LAST = STEPS[-1]
+RUN = [
+    f'--config={CONFIG}',
+    *QUICK,
+    f'--config.train.num_steps={LAST}',
+    f'--config.train.keep_checkpoints={len(STEPS)}',
+]
 
 pytestmark = pytest.mark.slow
 
 
 @pytest.fixture(scope='module')
 def trained(tmp_path_factory):
-  """test_faults' tiny run, checkpoints 2, 4 and 6, made for this module."""
+  """`nmt(*RUN)`'s workdir, trained in this process: checkpoints STEPS."""
   workdir = str(tmp_path_factory.mktemp('writes') / 'tiny')
-  nmt(*RUN, f'--workdir={workdir}')
+  train.train_and_evaluate(cli_config(*RUN), workdir)
   return workdir
 
 
@@ -51,37 +65,55 @@ def test_a_workdir_whose_checkpoints_were_all_set_aside_is_not_retrained(
   workdir = _copy(trained, tmp_path)
   corrupt = os.path.join(workdir, 'checkpoints', 'corrupt')
   os.makedirs(corrupt)
-  for step in ('2', '4', '6'):
+  for step in map(str, STEPS):
     os.rename(os.path.join(workdir, 'checkpoints', step), f'{corrupt}/{step}')
   before = snapshot(workdir)
-  result = nmt(
-      *RUN, f'--workdir={workdir}', '--config.model.hidden_size=32', check=False
-  )
-  _one_line_error(result, 'was set aside as damaged', 'delete that folder')
+  # In this process: the command runs train.train_and_evaluate.
+  config = cli_config(*RUN, '--config.model.hidden_size=32')
+  with pytest.raises(errors.CheckpointError) as error:
+    train.train_and_evaluate(config, workdir)
+  assert 'was set aside as damaged' in str(error.value)
+  assert 'delete that folder' in str(error.value)
   assert snapshot(workdir) == before
 
 
-@pytest.mark.parametrize(
-    'text, why',
-    [
-        ('{"model": {', 'Expecting property name'),
-        ('[]', 'not a JSON object'),
-        ('{"model": 3}', 'config.json cannot be read'),
-    ],
-)
+BROKEN_CONFIG_JSON = [
+    ('{"model": {', 'Expecting property name'),
+    ('[]', 'not a JSON object'),
+    ('{"model": 3}', 'config.json cannot be read'),
+]
+
+
+def _evaluate(config, workdir):
+  return inference.evaluate(config, [workdir])
+
+
+@pytest.mark.parametrize('text, why', BROKEN_CONFIG_JSON)
 def test_a_broken_config_json_is_one_line(trained, tmp_path, text, why):
+  # Training with the first as a command (one error line); the rest in this
+  # process, where the commands fail (train.train_and_evaluate, and
+  # inference.evaluate for --mode=eval).
   workdir = _copy(trained, tmp_path)
   with open(os.path.join(workdir, 'config.json'), 'w') as f:
     f.write(text)
   before = snapshot(workdir)
-  for mode in ('train', 'eval'):
-    result = nmt(*RUN, f'--workdir={workdir}', f'--mode={mode}', check=False)
-    _one_line_error(result, why, 'restore it, or use another --workdir')
+  fix = 'restore it, or use another --workdir'
+  runs = [_evaluate]
+  if (text, why) == BROKEN_CONFIG_JSON[0]:
+    result = nmt(*RUN, f'--workdir={workdir}', check=False)
+    _one_line_error(result, why, fix)
+  else:
+    runs.append(train.train_and_evaluate)
+  for run in runs:
+    with pytest.raises(errors.CheckpointError) as error:
+      run(cli_config(*RUN), workdir)
+    assert why in str(error.value) and fix in str(error.value)
+    assert '\n' not in str(error.value)
   assert snapshot(workdir) == before
   # Without checkpoints (before the first one), training refuses it too.
   shutil.rmtree(os.path.join(workdir, 'checkpoints'))
-  result = nmt(*RUN, f'--workdir={workdir}', check=False)
-  _one_line_error(result, why)
+  with pytest.raises(errors.CheckpointError, match=re.escape(why)):
+    train.train_and_evaluate(cli_config(*RUN), workdir)
   with open(os.path.join(workdir, 'config.json')) as f:
     assert f.read() == text
 
@@ -240,23 +272,23 @@ def test_a_reader_leaves_damage_to_the_run_holding_the_workdir(
   ckpts = checkpoint.Checkpoints(workdir, create=False)
 
   def restore(step):
-    if step == 6:
+    if step == LAST:
       raise checkpoint.DamagedCheckpoint('half deleted')
     return step
 
   try:
-    assert ckpts.first_good(restore) == (4, 4)
+    assert ckpts.first_good(restore) == (LAST - 2, LAST - 2)
   finally:
     ckpts.close()
   steps = os.listdir(os.path.join(workdir, 'checkpoints'))
-  assert sorted(steps) == ['2', '4', '6']
+  assert sorted(map(int, steps)) == list(STEPS)
   os.remove(os.path.join(workdir, locks.LOCK_FILE))  # no run: moved aside
   ckpts = checkpoint.Checkpoints(workdir, create=False)
   try:
-    assert ckpts.first_good(restore) == (4, 4)
+    assert ckpts.first_good(restore) == (LAST - 2, LAST - 2)
   finally:
     ckpts.close()
-  assert checkpoint.set_aside_steps(workdir) == ['6']
+  assert checkpoint.set_aside_steps(workdir) == [str(LAST)]
 
 
 def test_a_failure_on_one_process_while_restoring_stops_every_process(
@@ -273,7 +305,8 @@ def test_a_failure_on_one_process_while_restoring_stops_every_process(
   )
   try:
     with pytest.raises(
-        errors.CheckpointError, match='process 1 could not read checkpoint 6'
+        errors.CheckpointError,
+        match=f'process 1 could not read checkpoint {LAST}',
     ):
       ckpts.first_good(lambda step: step)
   finally:
@@ -339,7 +372,7 @@ def test_averaging_reads_past_a_broken_config_json(trained, tmp_path):
   ckpts = checkpoint.Checkpoints(workdir, create=False)
   try:
     assert average._keep_checkpoints(ckpts) is None
-    assert average.choose_steps(ckpts, last=2) == [4, 6]
+    assert average.choose_steps(ckpts, last=2) == [LAST - 2, LAST]
   finally:
     ckpts.close()
 
@@ -351,9 +384,13 @@ def test_a_damaged_bleu_file_of_a_step_is_one_line(trained, tmp_path):
   with open(path, 'w') as f:
     f.write('{"bleu": ')
   before = snapshot(workdir)
-  for mode in ('train', 'eval'):
-    result = nmt(*RUN, f'--workdir={workdir}', f'--mode={mode}', check=False)
-    _one_line_error(result, f'{path} is damaged', '{"bleu": B}')
+  result = nmt(*RUN, f'--workdir={workdir}', check=False)
+  _one_line_error(result, f'{path} is damaged', '{"bleu": B}')
+  # --mode=eval, in this process.
+  with pytest.raises(errors.CheckpointError) as error:
+    _evaluate(cli_config(*RUN), workdir)
+  assert f'{path} is damaged' in str(error.value)
+  assert '{"bleu": B}' in str(error.value) and '\n' not in str(error.value)
   assert snapshot(workdir) == before
 
 
