@@ -35,7 +35,6 @@ dtype and the thread count, so CPU, GPU and TPU runs share one format.
 import datetime
 import glob
 import json
-import logging as std_logging
 import os
 import sys
 from typing import Any, Dict
@@ -56,6 +55,7 @@ from nmt_jax import attention
 from nmt_jax.config import cli_flags
 from nmt_jax.system import allocator
 from nmt_jax.system import errors
+from nmt_jax.workdir import library_logs
 from nmt_jax.workdir import writers
 
 _CONFIG = config_flags.DEFINE_config_file(
@@ -71,6 +71,7 @@ _THREADS = flags.DEFINE_integer(
     'threads',
     None,
     'CPU threads (pins the process to that many cores); default: all.',
+    lower_bound=1,
 )
 _REPEATS = flags.DEFINE_integer(
     'repeats',
@@ -323,7 +324,7 @@ def add_peer(result: Dict[str, Any], command: str, paths):
 
 
 def main(argv):
-  cli_flags.show_library_warnings_only()
+  library_logs.install()
   if len(argv) != 2 or argv[1] not in (
       'train',
       'decode',
@@ -342,7 +343,6 @@ def main(argv):
     raise app.UsageError(f'bench {argv[1]} takes no --compare')
   if _PEER.value and argv[1] not in ('train', 'decode'):
     raise app.UsageError(f'bench {argv[1]} takes no --peer')
-  std_logging.getLogger('absl').addFilter(writers.QuietLibraries())
   try:
     if _JSON.value:  # before the run, not after it
       writers.check_writable(_JSON.value, 'json')
@@ -358,4 +358,4 @@ def main(argv):
 
 if __name__ == '__main__':
   flags.mark_flags_as_required(['config'])
-  app.run(main)
+  app.run(main, flags_parser=cli_flags.parse_flags)

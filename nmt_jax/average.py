@@ -11,7 +11,6 @@ average more. Parameters are summed in float64, so the average of identical
 checkpoints is that checkpoint exactly.
 """
 
-import logging as std_logging
 import os
 import shutil
 import sys
@@ -23,11 +22,11 @@ from absl import logging
 import jax
 import numpy as np
 
-from nmt_jax.config import cli_flags
 from nmt_jax.system import errors
 from nmt_jax.system import parallel
 from nmt_jax.workdir import checkpoint
 from nmt_jax.workdir import folders
+from nmt_jax.workdir import library_logs
 from nmt_jax.workdir import locks
 from nmt_jax.workdir import run_config
 from nmt_jax.workdir import writers
@@ -226,8 +225,7 @@ def average_checkpoints(
 
 
 def main(argv):
-  cli_flags.show_library_warnings_only()
-  std_logging.getLogger('absl').addFilter(writers.QuietLibraries())
+  library_logs.install()
   if len(argv) > 1:
     raise app.UsageError(f'unexpected arguments: {" ".join(argv[1:])}')
   try:

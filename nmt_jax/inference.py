@@ -19,6 +19,7 @@ from nmt_jax.decoding import outputs
 from nmt_jax.decoding import restore
 from nmt_jax.system import profiling
 from nmt_jax.system.errors import ConfigError
+from nmt_jax.system.errors import UserError
 from nmt_jax.workdir import folders
 from nmt_jax.workdir import locks
 from nmt_jax.workdir import writers
@@ -139,6 +140,7 @@ def _evaluate_locked(config, paths: Sequence[str], target: str):
   profile_dir = None
   if config.decode.profile:
     profile_dir = profiling.profile_dir(target, 'profile_decode')
+    profiling.check_folder(profile_dir, 'decode.profile')
   decoded, rows = _decode(config, evaluator, params, split, profile_dir)
   result = evaluator.metrics(params, split, decoded, config.decode.beam_size)
   result['eval_split'] = 'test' if task.test is not None else 'validation'
@@ -193,6 +195,22 @@ def _numbered(lines: Sequence[str]) -> List[Tuple[int, str]]:
   return [(number, line) for number, line in numbered if line]
 
 
+def _check_lengths(config, rows, numbers: Sequence[int], what: str):
+  """A UserError naming the first line of more pieces than the bound.
+
+  rows: the lines' ids, each ending with EOS.
+  """
+  bound = config.decode.max_input_length
+  for number, row in zip(numbers, rows):
+    length = len(row)
+    if length - 1 > bound:  # EOS is not the line's
+      raise UserError(
+          f'{what} line {number} has {length - 1} pieces, more than'
+          f' decode.max_input_length={bound} (default 4 x data.max_length);'
+          ' split the line, or raise --config.decode.max_input_length'
+      )
+
+
 def translate(config, paths: Sequence[str], lines) -> List[str]:
   """Translates source `lines` -> output lines.
 
@@ -216,6 +234,7 @@ def translate(config, paths: Sequence[str], lines) -> List[str]:
       line_numbers=[number for number, _ in numbered],
       reverse=config.data.reverse_source,
   )
+  _check_lengths(config, split.source, [n for n, _ in numbered], 'input')
   evaluator = evaluation.Evaluator(config, scorer, task, mesh)
   _, rows = _decode(config, evaluator, params, split)
   if config.decode.nbest:
@@ -260,6 +279,8 @@ def score(config, paths: Sequence[str], pairs) -> List[str]:
   split = dataset.Split(
       sources.source, targets, sources.source_text, [t for _, _, t in pairs]
   )
+  _check_lengths(config, split.source, numbers, 'source')
+  _check_lengths(config, split.target, numbers, 'target')
   evaluator = evaluation.Evaluator(config, scorer, task, mesh)
   values = evaluator.token_log_probs(
       params, split, evaluator.sentences_per_batch(config.decode.batch_size)

@@ -12,7 +12,6 @@ command resumes an interrupted training run. The logic lives in importable
 modules (train.py, inference.py); this file parses flags.
 """
 
-import logging as std_logging
 import os
 import sys
 from typing import List
@@ -32,6 +31,7 @@ from nmt_jax.system import compile_cache
 from nmt_jax.system import errors
 from nmt_jax.system import parallel
 from nmt_jax.training import preemption
+from nmt_jax.workdir import library_logs
 from nmt_jax.workdir import writers
 
 _CONFIG = config_flags.DEFINE_config_file(
@@ -303,8 +303,7 @@ def _take_stdout():
 
 
 def main(argv):
-  cli_flags.show_library_warnings_only()
-  std_logging.getLogger('absl').addFilter(writers.QuietLibraries())
+  library_logs.install()
   if len(argv) > 1:
     raise app.UsageError(f'unexpected arguments: {" ".join(argv[1:])}')
   try:
@@ -336,7 +335,16 @@ def main(argv):
     sys.exit(143)  # 128 + SIGTERM, as if the signal had ended the process
   except KeyboardInterrupt:
     print(_interrupted_message(_MODE.value, _WORKDIR.value), file=sys.stderr)
-    sys.exit(130)
+    if _MODE.value in ('train', 'prepare'):
+      sys.exit(130)  # their files were closed on the way out
+    # eval, translate and score only read: end now. An orderly exit would
+    # wait for the computation in flight (one long line decodes for
+    # minutes).
+    logging.flush()
+    for stream in (stdout, sys.stdout, sys.stderr):
+      if stream is not None:
+        stream.flush()
+    os._exit(130)  # pylint: disable=protected-access
 
 
 def _interrupted_message(mode: str, workdir: str) -> str:

@@ -46,6 +46,7 @@ from nmt_jax.analysis import tau_sweep
 from nmt_jax.config import cli_flags
 from nmt_jax.system import compile_cache
 from nmt_jax.system import errors
+from nmt_jax.workdir import library_logs
 
 _CONFIG = config_flags.DEFINE_config_file(
     'config',
@@ -251,7 +252,7 @@ COMMANDS = {'run': run_runs, 'aggregate': aggregate, 'tau': tau}
 
 
 def main(argv):
-  cli_flags.show_library_warnings_only()
+  library_logs.install()
   if len(argv) != 2 or argv[1] not in COMMANDS:
     raise app.UsageError(
         f'give one command: {" | ".join(COMMANDS)} (see the module docstring)'

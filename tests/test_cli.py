@@ -313,6 +313,25 @@ def test_translate_input_errors(trained):
   assert '\n' not in str(error.value)
 
 
+def test_lines_longer_than_the_input_bound_are_refused(trained):
+  # A 100,000-word line decoded for minutes without a word. The bound:
+  # decode.max_input_length, by default 4 x data.max_length (8 here).
+  config = cli_config(f'--config={CONFIG}', *QUICK)
+  long_line = ' '.join(['a'] * 33)
+  with pytest.raises(errors.UserError) as error:
+    inference.translate(config, [trained], ['a b', '', long_line])
+  message = str(error.value)
+  assert 'input line 3 has 33 pieces' in message and '\n' not in message
+  assert 'decode.max_input_length=32' in message
+  with pytest.raises(errors.UserError, match='target line 2 has 33 pieces'):
+    inference.score(config, [trained], [(1, 'a', 'a'), (2, 'a b', long_line)])
+  # At the bound, or with a raised one, it is translated.
+  (out,) = inference.translate(config, [trained], [' '.join(['a'] * 32)])
+  assert out
+  config.decode.max_input_length = 33
+  assert len(inference.translate(config, [trained], [long_line])) == 1
+
+
 # (An existing --workdir without checkpoints: test_write_faults.py's
 # test_a_mistyped_workdir_leaves_no_folders, the same check.)
 

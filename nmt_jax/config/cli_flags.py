@@ -7,13 +7,13 @@ unknown --config.<field> ends the process with status 2 and one line
 """
 
 import importlib.util
-import logging as std_logging
 import os
 import sys
 
 from absl import flags
 import ml_collections
 
+from nmt_jax.config import defaults
 from nmt_jax.config import presets
 from nmt_jax.system import errors
 
@@ -49,15 +49,6 @@ def config_help() -> str:
   return '\n'.join(lines) + '\n'
 
 
-def show_library_warnings_only():
-  """The terminal gets nmt_jax's INFO lines and only the warnings of JAX.
-
-  absl shows every INFO record; JAX's are about its own start, e.g. that a
-  machine without a TPU has no TPU backend.
-  """
-  std_logging.getLogger('jax').setLevel(std_logging.WARNING)
-
-
 def fail(message: str):
   print(f'error: {message}', file=sys.stderr)
   sys.exit(2)
@@ -69,8 +60,13 @@ def load_config(path: str, arg=None) -> ml_collections.ConfigDict:
   def error(message):
     return errors.ConfigError(f'config file {path}{message}')
 
+  spec = importlib.util.spec_from_file_location('nmt_jax_config_check', path)
+  if spec is None:  # not a .py file: Python has no loader for it
+    raise error(
+        ' is not a Python file; give a .py file whose get_config() returns'
+        ' an ml_collections.ConfigDict (see configs/)'
+    )
   try:
-    spec = importlib.util.spec_from_file_location('nmt_jax_config_check', path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
   except errors.UserError as e:
@@ -97,7 +93,25 @@ def load_config(path: str, arg=None) -> ml_collections.ConfigDict:
         ' ml_collections.ConfigDict; start from'
         ' nmt_jax.config.defaults.get_config()'
     )
+  missing = _missing_section(defaults.get_config(), config)
+  if missing:
+    raise error(
+        f"'s config has no {missing}; start from"
+        ' nmt_jax.config.defaults.get_config() and change its fields'
+    )
   return config
+
+
+def _missing_section(reference, config, prefix='') -> str:
+  """The first section (a nested ConfigDict) of `reference` not in `config`."""
+  for name, value in reference.items():
+    if isinstance(value, ml_collections.ConfigDict):
+      if not isinstance(config.get(name), ml_collections.ConfigDict):
+        return prefix + name
+      missing = _missing_section(value, config[name], f'{prefix}{name}.')
+      if missing:
+        return missing
+  return ''
 
 
 def check_config_file(path: str, arg):

@@ -253,6 +253,10 @@ def get_config(arg=None):
   # A hypothesis has at most ratio * source_length + offset tokens (incl. EOS).
   config.decode.max_length_ratio = 2.0
   config.decode.max_length_offset = 10
+  # translate/score refuse a line of more pieces than this (its line number
+  # named): a 100,000-word line would decode for minutes. None = 4 x
+  # data.max_length, the training length.
+  config.decode.max_input_length = ml_collections.config_dict.placeholder(int)
   # Hypotheses per decoding batch: greedy search decodes batch_size
   # sentences at a time, beam search batch_size // beam_size.
   config.decode.batch_size = 256

@@ -35,6 +35,7 @@ POSITIVE = (
     'decode.beam_size',
     'decode.max_length_ratio',
     'decode.max_length_offset',
+    'decode.max_input_length',
     'decode.batch_size',
     'decode.unroll',
     'decode.timing_repeats',
@@ -99,6 +100,8 @@ def resolve(config):
   config = config.copy_and_resolve_references()
   if config.model.attention.max_source_length is None:
     config.model.attention.max_source_length = config.data.max_length + 1
+  if config.decode.max_input_length is None:
+    config.decode.max_input_length = 4 * config.data.max_length
   validate(config)
   return config
 

@@ -287,11 +287,12 @@ def save_cache(task, directory: str):
     shutil.rmtree(tmp, ignore_errors=True)
 
 
-def load_cache(directory: str):
+def load_cache(directory: str, vocab_sizes: Dict[str, int]):
   """{'train'|'eval'|'test': Split} memory-mapped from `directory`.
 
   Raises OSError or ValueError for a damaged cache (a truncated or missing
-  file, e.g. from a copy of the workdir that was cut short).
+  file, e.g. from a copy of the workdir that was cut short, or an id outside
+  the vocabulary of its side: {'source': size, 'target': size}).
   """
   splits = {}
   for name in CACHE_SPLITS:
@@ -309,9 +310,14 @@ def load_cache(directory: str):
         texts['source'],
         texts['target'],
     )
-    for side in (split.source, split.target):
+    for side_name, side in (('source', split.source), ('target', split.target)):
       if side.offsets[-1] != len(side.flat) or len(side) != len(split.source):
         raise ValueError(f'{name}: ids and offsets disagree')
+      size = vocab_sizes[side_name]
+      if len(side.flat) and not 0 <= side.flat.min() <= side.flat.max() < size:
+        raise ValueError(
+            f'{name}.{side_name}: ids outside the vocabulary of {size}'
+        )
     if name != 'train' and len(split.source_text) != len(split.source):
       raise ValueError(f'{name}: texts and ids disagree')
     splits[name] = split
@@ -335,8 +341,15 @@ def cached_task(
     directory = os.path.join(
         workdir, CACHE_DIR, cache_key(data_config, paths, identity)
     )
+    vocabs = {
+        side: vocab_lib.load_vocab(data_config.vocab.kind, path)
+        for side, path in paths.items()
+    }
+    sizes = {side: len(vocab) for side, vocab in vocabs.items()}
     try:
-      splits = load_cache(directory) if os.path.isdir(directory) else None
+      splits = (
+          load_cache(directory, sizes) if os.path.isdir(directory) else None
+      )
     except (OSError, ValueError, KeyError) as e:
       # Derived data: encoded again from the corpus.
       logging.warning(
@@ -355,8 +368,8 @@ def cached_task(
           ),
       )
       return dataset.Task(
-          vocab_lib.load_vocab(data_config.vocab.kind, paths['source']),
-          vocab_lib.load_vocab(data_config.vocab.kind, paths['target']),
+          vocabs['source'],
+          vocabs['target'],
           splits['train'],
           splits['eval'],
           data_config.max_length + 1,

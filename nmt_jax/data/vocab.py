@@ -274,6 +274,11 @@ def load_vocab(kind: str, path: str):
         f'vocabulary file {path} is missing; build it with --mode=prepare '
         '(same --config and --workdir)'
     )
+  if os.path.isdir(path):
+    raise VocabError(
+        f'vocabulary file {path} is a directory; give the path of a vocabulary'
+        ' file, or move the directory away and run --mode=prepare to build one'
+    )
   # --mode=prepare builds only a missing file.
   rebuild = (
       'delete it and run --mode=prepare to build it again (a workdir that has'

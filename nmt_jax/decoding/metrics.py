@@ -8,7 +8,8 @@ from sacrebleu.metrics import BLEU
 from sacrebleu.metrics import CHRF
 
 # Written without spaces between words: the tokenized BLEU and RIBES score
-# the words sacreBLEU's tokenizer for the language splits out, not lines.
+# the words sacreBLEU's tokenizer for the language splits out, not lines
+# (other languages: Moses tokens).
 UNSPACED = ('zh', 'ja')
 
 
@@ -46,11 +47,8 @@ def translation_metrics(
       ),
       'chrf': chrf.corpus_score(hypotheses, [references]).score,
       'chrf_signature': str(chrf.get_signature()),
-      'ribes': (
-          ribes(hyps_tok, refs_tok)
-          if language in UNSPACED
-          else ribes(hypotheses, references)
-      ),
+      # On tokens, as RIBES.py and WAT score it (punctuation apart).
+      'ribes': ribes(hyps_tok, refs_tok),
   }
   return result
 

@@ -139,9 +139,16 @@ class Ensemble:
     )
 
   def log_probs(self, params, source, target_in):
-    return self._combine([
+    """The combined distribution, normalised: scores and losses read it.
+
+    (The mean of log-probabilities sums to less than 1 over the vocabulary;
+    a search's argmax and ranking do not need the normalisation, `step`
+    leaves it out, as OpenNMT-py and Marian.)
+    """
+    combined = self._combine([
         s.log_probs(p, source, target_in) for s, p in zip(self.singles, params)
     ])
+    return jax.nn.log_softmax(combined, axis=-1)
 
 
 def as_scorer(model):

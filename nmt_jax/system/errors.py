@@ -57,6 +57,11 @@ def _number(field: str, value: Any, allow_inf: bool = False):
     raise config_error(field, value, 'must be a number', 'give a number')
   if math.isnan(value) or (math.isinf(value) and not allow_inf):
     raise config_error(field, value, 'must be finite', 'give a finite number')
+  # Counts and sizes become int32 arrays (a step counter, a shape).
+  if isinstance(value, int) and abs(value) >= 2**31:
+    raise config_error(
+        field, value, 'must be below 2**31', 'give a smaller value'
+    )
 
 
 def finite(field: str, value: Any):

@@ -6,6 +6,8 @@ import os
 from absl import logging
 import jax
 
+from nmt_jax.system import errors
+
 
 def profile_dir(workdir: str, name: str) -> str:
   """Where this process writes a jax.profiler trace: <workdir>/<name>.
@@ -13,9 +15,25 @@ def profile_dir(workdir: str, name: str) -> str:
   With several processes, <workdir>/<name>/process_<i>: each writes its own
   trace, and JAX reads back the newest one in its folder to convert it.
   """
-  if jax.process_count() == 1:
-    return os.path.join(workdir, name)
-  return os.path.join(workdir, name, f'process_{jax.process_index()}')
+  directory = os.path.join(workdir, name)
+  if jax.process_count() > 1:
+    directory = os.path.join(directory, f'process_{jax.process_index()}')
+  return directory
+
+
+def check_folder(directory: str, field: str):
+  """A UserError, before any step, where a file stands in the trace's way.
+
+  (jax.profiler fails at the end of the traced steps, mid-run.)
+  """
+  path = directory
+  while path and not os.path.exists(path):
+    path = os.path.dirname(path)
+  if path and not os.path.isdir(path):
+    raise errors.UserError(
+        f'{path} is a file, where the profile of {field} goes into a folder;'
+        f' move it away, or leave {field} off'
+    )
 
 
 class Profiler(contextlib.AbstractContextManager):
@@ -32,6 +50,8 @@ class Profiler(contextlib.AbstractContextManager):
         self.first + train_config.profile_steps, train_config.num_steps
     )
     self.enabled = train_config.profile_steps > 0
+    if self.enabled:
+      check_folder(directory, 'train.profile_steps')
     self.tracing = False
     self.started = self.latest = None  # the steps traced: started+1..latest
     if self.enabled and self.first >= train_config.num_steps:

@@ -14,7 +14,6 @@ to `checkpoints/corrupt/<step>`, and the next good one is used.
 
 import contextlib
 import json
-import logging as std_logging
 import os
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
@@ -29,24 +28,12 @@ from nmt_jax.data import dataset
 from nmt_jax.system import parallel
 from nmt_jax.system.errors import CheckpointError
 from nmt_jax.workdir import integrity
+from nmt_jax.workdir import library_logs
 from nmt_jax.workdir import locks
 from nmt_jax.workdir import run_config
 from nmt_jax.workdir.integrity import DamagedCheckpoint
 
 policies = ocp.checkpoint_managers
-
-
-class _NoMetricsFilter(std_logging.Filter):
-  """Drops Orbax's warning for saves between evaluations.
-
-  Those saves have no BLEU on purpose.
-  """
-
-  def filter(self, record):
-    return 'did not provide metrics' not in record.getMessage()
-
-
-std_logging.getLogger('absl').addFilter(_NoMetricsFilter())
 
 
 def _every_process(flags) -> np.ndarray:
@@ -166,7 +153,7 @@ class Checkpoints:
       if not integrity.failed_writing(e):
         raise  # not the storage's: a bug, with its traceback
       # Its other writes fail in Orbax's threads and event loop after this.
-      integrity.quiet_orbax_for_good()
+      library_logs.save_failed()
       raise CheckpointError(
           f'saving a checkpoint in {self.directory}'
           f' failed{"" if step is None else f" (step {step})"}:'
@@ -226,8 +213,12 @@ class Checkpoints:
       subtree: Optional[str] = None,
   ):
     """Raises CheckpointError naming the first array whose shape differs."""
-    stored = self.manager.item_metadata(step)['state']
-    stored = _leaf_shapes(stored[subtree] if subtree else stored)
+    metadata = self.manager.item_metadata(step)['state']
+    if not _leaf_shapes(metadata):  # not another model's: no metadata read
+      raise DamagedCheckpoint(
+          'its state has no array metadata (state/_METADATA missing or empty)'
+      )
+    stored = _leaf_shapes(metadata[subtree] if subtree else metadata)
     wanted = _leaf_shapes(abstract_state)
     for name in sorted(set(stored) | set(wanted)):
       if stored.get(name) != wanted.get(name):

@@ -2,26 +2,17 @@
 
 Every array of a saved state has a CRC-32 in the step's meta (`checksums`);
 `verify` compares a restored state with them. `reading()` turns any failure
-to read a step (Orbax, TensorStore, JSON) into DamagedCheckpoint, and keeps
-the tracebacks of the reads a failed restore abandons out of the log.
+to read a step (Orbax, TensorStore, JSON) into DamagedCheckpoint.
 """
 
 import contextlib
 import errno
-import gc
-import inspect
 import json
-import logging as std_logging
 import os
 import re
-import sys
-import threading
-import time
-import traceback
 from typing import Dict, Optional
 import zlib
 
-from absl import logging
 import jax
 import numpy as np
 
@@ -30,106 +21,6 @@ from nmt_jax.system.errors import CheckpointError
 
 class DamagedCheckpoint(Exception):
   """A checkpoint whose files cannot be read or do not verify."""
-
-
-def _abandoned_read(error: Optional[BaseException]) -> bool:
-  """Whether `error` was raised inside Orbax (a read a failed restore left)."""
-  frames = traceback.extract_tb(error.__traceback__) if error else []
-  return any('/orbax/' in frame.filename for frame in frames)
-
-
-class _AbandonedReadsFilter(std_logging.Filter):
-  """Drops asyncio's report of the reads a failed restore abandoned.
-
-  The restore's own error (DamagedCheckpoint) is logged in one line.
-  """
-
-  everything = False  # after a failed save: any record of Orbax's
-
-  def filter(self, record):
-    if 'exception was never retrieved' not in record.getMessage() and not (
-        self.everything
-    ):
-      return True
-    error = record.exc_info[1] if record.exc_info else None
-    # After a failed save, its abandoned writes' storage errors too (raised
-    # in TensorStore: no Python frame of Orbax's in them).
-    return not (
-        _abandoned_read(error) or (self.everything and failed_writing(error))
-    )
-
-
-def _closed_loop_callback(value, trace) -> bool:
-  """A TensorStore callback into an event loop Orbax closed.
-
-  The reads and writes a failed restore or save abandoned finish later, and
-  each callback reports this as unraisable (a traceback without a header),
-  whatever the timing.
-  """
-  frames = traceback.extract_tb(trace)
-  return (
-      isinstance(value, RuntimeError)
-      and str(value) == 'Event loop is closed'
-      and any(frame.name == 'call_soon_threadsafe' for frame in frames)
-  )
-
-
-def _quiet_abandoned_reads(unraisable, report=sys.unraisablehook):
-  """sys.unraisablehook: the abandoned reads' coroutines, finalized.
-
-  They may be collected at any time after the restore failed, as late as
-  the interpreter's exit (after the one-line error), so this stays for the
-  whole process; any other unraisable exception is reported as before.
-  """
-  if inspect.iscoroutine(unraisable.object) and _abandoned_read(
-      unraisable.exc_value
-  ):
-    logging.debug('abandoned checkpoint read: %s', unraisable.exc_value)
-  elif _closed_loop_callback(unraisable.exc_value, unraisable.exc_traceback):
-    logging.debug('abandoned checkpoint callback: %s', unraisable.exc_value)
-  else:
-    report(unraisable)
-
-
-class _OrbaxTracebacksFilter(std_logging.Filter):
-  """Orbax's error log lines without their tracebacks.
-
-  A failed save or restore logs each of its threads' failures with the
-  whole stack; nmt_jax's one-line error says what failed and what to do.
-  """
-
-  def filter(self, record):
-    if record.exc_info and '/orbax/' in record.pathname:
-      record.exc_info, record.exc_text = None, None
-    return True
-
-
-std_logging.getLogger('asyncio').addFilter(_AbandonedReadsFilter())
-std_logging.getLogger('absl').addFilter(_OrbaxTracebacksFilter())
-sys.unraisablehook = _quiet_abandoned_reads
-
-
-def quiet_orbax_for_good():
-  """Keeps the writes a failed save abandoned out of the log, from now on.
-
-  They fail in Orbax's threads and event loop until the process ends, each
-  with a traceback after the save's one-line error.
-  """
-  if _AbandonedReadsFilter.everything:  # installed already
-    return
-  report_thread = threading.excepthook
-
-  def thread_hook(args):
-    # Any of its threads meeting the closed loop, not only callbacks.
-    if _abandoned_read(args.exc_value) or 'Event loop is closed' in str(
-        args.exc_value
-    ):
-      logging.debug('abandoned checkpoint write: %s', args.exc_value)
-    else:
-      report_thread(args)
-
-  threading.excepthook = thread_hook
-  _AbandonedReadsFilter.everything = True
 
 
 def path_name(path) -> str:
@@ -187,21 +78,15 @@ def reading():
   """Turns any failure to read a step into DamagedCheckpoint.
 
   CheckpointError (a readable checkpoint that does not fit this config) and
-  interrupts pass through.
+  interrupts pass through. The reads a failed one abandons fail later in
+  Orbax's event loop; the command lines keep them off the terminal
+  (library_logs).
   """
-  # A failed read abandons Orbax's other reads: their coroutines, collected,
-  # and TensorStore's callbacks into the closed event loop would each print
-  # a traceback. The one line of DamagedCheckpoint says it all.
-  # (_quiet_abandoned_reads quiets the coroutines collected later.)
-  hooks = sys.unraisablehook, sys.excepthook
-  sys.unraisablehook, sys.excepthook = _quiet_unraisable, _quiet_exception
-  failed = False
   try:
     yield
   except (CheckpointError, DamagedCheckpoint):
     raise
   except Exception as e:  # whatever Orbax, TensorStore or JSON raise
-    failed = True
     if isinstance(e, MemoryError) or 'RESOURCE_EXHAUSTED' in str(e):
       # Not the checkpoint's fault: it must not be set aside.
       raise CheckpointError(
@@ -217,11 +102,6 @@ def reading():
           ' aside)'
       ) from None
     raise DamagedCheckpoint(one_line(e)) from e
-  finally:
-    if failed:
-      time.sleep(0.5)  # the abandoned reads finish (and fail) meanwhile
-    gc.collect()
-    sys.unraisablehook, sys.excepthook = hooks
 
 
 # Permission denied, an I/O error, a stale NFS handle, a timeout, a full or
@@ -280,12 +160,3 @@ def unreadable_metrics(directory: str) -> str:
           ' as {"bleu": B} (its meta holds it), or move the step away'
       )
   return 'move the damaged step away'
-
-
-def _quiet_unraisable(unraisable):
-  logging.debug('while reading a checkpoint: %s', unraisable.exc_value)
-
-
-def _quiet_exception(kind, value, trace):
-  del trace
-  logging.debug('while reading a checkpoint: %s: %s', kind.__name__, value)

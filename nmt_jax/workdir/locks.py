@@ -103,6 +103,11 @@ def _acquire(path: str, workdir: str):
     try:
       fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
     except FileExistsError:
+      if os.path.isdir(path):
+        raise CheckpointError(
+            f'{path} is a directory, where a run keeps the lock file of'
+            f' workdir {workdir}; move it away and run the same command again'
+        ) from None
       holder = _read_lock(path)
       if not _stale(holder, path):
         if holder.get('pid') is None:
@@ -117,7 +122,15 @@ def _acquire(path: str, workdir: str):
             f' ({holder.get("command", "?")}); wait for it or stop it, or use'
             f' another --workdir (if no run uses it, delete {path})'
         ) from None
-      if _take_over(path, holder):
+      if not _take_over(path, holder):
+        continue
+      if _NOT_A_LOCK in holder:
+        logging.warning(
+            'taking over the lock of %s: it held %r, not a lock a run writes',
+            workdir,
+            holder[_NOT_A_LOCK],
+        )
+      else:
         logging.warning(
             'taking over the stale lock of %s (pid %s on %s since %s, no'
             ' longer running)',
@@ -164,13 +177,25 @@ def _owned(path: str) -> bool:
   )
 
 
+# What _read_lock returns for a lock file holding something no run writes.
+_NOT_A_LOCK = 'not_a_lock'
+
+
 def _read_lock(path: str) -> Dict[str, Any]:
+  """The lock's holder; {} while it is empty (being written) or unreadable."""
   try:
-    with open(path, encoding='utf-8') as f:
-      holder = json.load(f)
-    return holder if isinstance(holder, dict) else {}
-  except (OSError, ValueError):
+    with open(path, 'rb') as f:
+      text = f.read()
+  except OSError:
     return {}
+  try:
+    holder = json.loads(text)
+  except ValueError:
+    holder = None
+  if isinstance(holder, dict):
+    return holder
+  # A run writes its lock in one call: anything else is not a lock.
+  return {_NOT_A_LOCK: text[:60].decode(errors='replace')} if text else {}
 
 
 def _stale(holder: Dict[str, Any], path: str) -> bool:
@@ -178,8 +203,10 @@ def _stale(holder: Dict[str, Any], path: str) -> bool:
     age = time.time() - os.path.getmtime(path)
   except OSError:
     return True  # gone meanwhile
-  if not holder:  # unreadable: a writer killed between create and write
+  if not holder:  # empty: a writer killed between create and write
     return age > 5
+  if _NOT_A_LOCK in holder:
+    return True
   if holder.get('host') == socket.gethostname():
     try:
       pid = int(holder['pid'])

@@ -9,13 +9,10 @@ Only process 0 writes; the others get a writer that does nothing.
 
 import contextlib
 import json
-import logging as std_logging
 import math
 import numbers
 import os
-import threading
 import time
-import traceback
 from typing import Any, Callable, Dict, Optional
 
 from absl import logging
@@ -31,22 +28,6 @@ def _jsonable(value):
     value = float(value)
     return value if math.isfinite(value) else str(value)  # JSON has no NaN/inf
   return value
-
-
-def _quiet_tensorboard_thread(args, report=threading.excepthook):
-  """threading.excepthook: tensorboardX's writer thread failing to write
-  (a full disk) is one warning line, not a traceback; metrics.jsonl and the
-  checkpoints report the same failure as the run's error."""
-  frames = traceback.extract_tb(args.exc_traceback)
-  if isinstance(args.exc_value, OSError) and any(
-      '/tensorboardX/' in frame.filename for frame in frames
-  ):
-    logging.warning('TensorBoard events not written: %s', args.exc_value)
-  else:
-    report(args)
-
-
-threading.excepthook = _quiet_tensorboard_thread
 
 
 class MetricWriter:
@@ -115,6 +96,11 @@ def _one_line_errors(path: str, tmp: Optional[str] = None):
     if tmp:
       with contextlib.suppress(OSError):
         os.remove(tmp)
+    if os.path.isdir(path):  # not the disk's fault
+      raise errors.WriteError(
+          f'cannot write {path}: it is a directory; move it away and run the'
+          ' same command again'
+      ) from None
     raise errors.WriteError(
         f'cannot write {path} ({e.strerror or e}); free some space (or fix'
         ' its permissions) and run the same command again'
@@ -212,16 +198,3 @@ def truncate_metrics(workdir: str, step: int):
   _write_atomically(
       path, lambda f: f.write(''.join(json.dumps(r) + '\n' for r in kept))
   )
-
-
-class QuietLibraries:
-  """A logging filter dropping INFO records from Orbax's files.
-
-  Orbax logs dozens of them per save; its warnings are kept.
-  """
-
-  def filter(self, record):
-    return (
-        record.levelno >= std_logging.WARNING
-        or '/orbax/' not in record.pathname
-    )

@@ -79,6 +79,19 @@ def test_tokenized_bleu_scores_moses_tokens_of_detokenized_text():
   assert metrics.moses_tokenize('a b c d') == 'a b c d'
 
 
+def test_ribes_of_spaced_languages_reads_moses_tokens():
+  # It read whitespace tokens of detokenized text ('day.' one word), as
+  # RIBES.py and WAT do not.
+  refs = ['It is a nice day.', 'He went to school, then home.']
+  hyps = ['It is a nice day!', 'He went home, then to school.']
+  english = metrics.translation_metrics(hyps, refs, language='en')
+  tokens = [metrics.moses_tokenize(t) for t in hyps], [
+      metrics.moses_tokenize(t) for t in refs
+  ]
+  assert english['ribes'] == metrics.ribes(*tokens)
+  assert english['ribes'] != metrics.ribes(hyps, refs)
+
+
 def test_chinese_and_japanese_are_scored_on_words_not_lines():
   # Unsegmented text is one "word" per line to 13a and to whitespace RIBES:
   # a near-perfect translation would score about 0.

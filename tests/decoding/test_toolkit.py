@@ -180,6 +180,32 @@ def test_an_ensemble_step_averages_its_members():
     assert diagnostics['weights'].shape == source.shape  # the global member's
 
 
+def test_an_ensembles_scores_are_a_distribution():
+  # The mean of two members' log-probabilities summed to 0.65 over the
+  # vocabulary: scores and the evaluation loss read it as log-probabilities.
+  _, first, first_params = _model('global', seed=1)
+  _, second, second_params = _model('memory', seed=2, num_memory=3)
+  batch = batching.make_batch(_task().eval, range(4), 9)
+  source, target_in = (jnp.asarray(batch[k]) for k in ('source', 'target_in'))
+  params = (first_params, second_params)
+  members = [
+      np.asarray(scorers.Single(m).log_probs(p, source, target_in), np.float64)
+      for m, p in zip((first, second), params)
+  ]
+  expected = {  # NumPy: each average, normalised over the vocabulary
+      'log_probs': np.mean(members, axis=0),
+      'probs': np.log(np.mean(np.exp(members), axis=0)),
+  }
+  for average_kind, want in expected.items():
+    want = want - np.log(np.exp(want).sum(-1, keepdims=True))
+    ensemble = scorers.Ensemble([first, second], average_kind)
+    got = jax.jit(ensemble.log_probs)(params, source, target_in)
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(np.exp(got).sum(-1), 1.0, rtol=1e-5)
+  # Unnormalised, the geometric mean is not one (the test can fail).
+  assert np.exp(expected['log_probs']).sum(-1).max() < 1 - 1e-4
+
+
 # ----------------------------------------------------------------- averaging
 
 

@@ -4,16 +4,13 @@ damaged checkpoints set aside, Ctrl-C during a save.
 Each case: a one-line error (or none), and nothing lost or left behind.
 """
 
-import asyncio
 import errno
 import json
-import logging
 import os
 import re
 import shutil
 import signal
 import socket
-import types
 
 import jax.numpy as jnp
 import numpy as np
@@ -26,7 +23,6 @@ from nmt_jax.system import compile_cache
 from nmt_jax.system import errors
 from nmt_jax.training import preemption
 from nmt_jax.workdir import checkpoint
-from nmt_jax.workdir import integrity
 from nmt_jax.workdir import locks
 from nmt_jax.workdir import writers
 from tests.commands import CONFIG
@@ -163,10 +159,8 @@ def test_a_half_written_metrics_line_does_not_swallow_the_next(tmp_path):
 def test_a_failed_save_is_named_by_its_own_step(tmp_path, monkeypatch):
   # Saves are asynchronous: the failure of step 2's surfaced in step 4's
   # save, and the error named step 4.
-  # (Its process-wide quieting would outlast the test in this worker.)
-  monkeypatch.setattr(
-      checkpoint.integrity, 'quiet_orbax_for_good', lambda: None
-  )
+  # (What it tells the command lines' log policy would outlast the test.)
+  monkeypatch.setattr(checkpoint.library_logs, 'save_failed', lambda: None)
   ckpts = checkpoint.Checkpoints(str(tmp_path))
   state = {'w': jnp.ones((2, 3))}
   try:
@@ -323,27 +317,6 @@ def test_a_save_that_fails_outside_the_storage_keeps_its_traceback(tmp_path):
       ckpts.close()  # the save is asynchronous: it fails here
 
 
-def test_callbacks_into_a_closed_checkpoint_loop_are_not_reported():
-  # TensorStore reports each late callback of a failed save or restore as
-  # unraisable: a header-less traceback per callback, after the error.
-  loop = asyncio.new_event_loop()
-  loop.close()
-  try:
-    loop.call_soon_threadsafe(print)
-  except RuntimeError as e:
-    closed = e
-  reported = []
-  for error in (closed, RuntimeError('Event loop is closed'), ValueError()):
-    integrity._quiet_abandoned_reads(
-        types.SimpleNamespace(
-            exc_value=error, exc_traceback=error.__traceback__, object=None
-        ),
-        report=reported.append,
-    )
-  kept = [r.exc_value for r in reported]
-  assert len(kept) == 2 and closed not in kept  # raised elsewhere: reported
-
-
 def test_a_failed_average_removes_only_its_own_output(
     trained, tmp_path, monkeypatch
 ):
@@ -392,27 +365,3 @@ def test_a_damaged_bleu_file_of_a_step_is_one_line(trained, tmp_path):
   assert f'{path} is damaged' in str(error.value)
   assert '{"bleu": B}' in str(error.value) and '\n' not in str(error.value)
   assert snapshot(workdir) == before
-
-
-def test_after_a_failed_save_its_writes_never_retrieved_are_not_logged(
-    monkeypatch,
-):
-  # asyncio logs each abandoned write at exit, after the one-line error; a
-  # storage error raised inside TensorStore has no Orbax frame to know it by.
-  error = ValueError("RESOURCE_EXHAUSTED: writing [os_error_code='28']")
-  record = logging.LogRecord(
-      'asyncio',
-      logging.ERROR,
-      'x.py',
-      1,
-      'Future exception was never retrieved',
-      None,
-      (ValueError, error, None),
-  )
-  quiet = integrity._AbandonedReadsFilter()
-  monkeypatch.setattr(quiet, 'everything', False)
-  assert quiet.filter(record)  # before any save failed: shown
-  monkeypatch.setattr(quiet, 'everything', True)
-  assert not quiet.filter(record)
-  record.exc_info = (TypeError, TypeError('a bug'), None)
-  assert quiet.filter(record)

@@ -1,0 +1,196 @@
+"""Faults and bad inputs that were a traceback or a misleading line.
+
+Each is now one line that names the problem and the fix (or, for a lock file
+no run wrote, a warning and the lock taken over). Most run in this process
+where the command fails; the bench command line's flags run as commands.
+"""
+
+import json
+import logging
+import os
+
+import numpy as np
+import pytest
+
+from nmt_jax.config import cli_flags
+from nmt_jax.config import defaults
+from nmt_jax.config import validation
+from nmt_jax.data import dataset
+from nmt_jax.data import encoding
+from nmt_jax.data import vocab
+from nmt_jax.system import errors
+from nmt_jax.system import profiling
+from nmt_jax.workdir import locks
+from nmt_jax.workdir import writers
+from tests import conftest
+
+
+def _one_line(error, *fragments):
+  message = str(error.value)
+  assert '\n' not in message, message
+  for fragment in fragments:
+    assert fragment in message, message
+
+
+def test_a_file_where_a_profile_goes_is_refused_before_any_step(tmp_path):
+  # jax.profiler failed at the end of the traced steps (JaxRuntimeError).
+  blocker = tmp_path / 'profile'
+  blocker.write_text('')
+  config = defaults.get_config('tiny')
+  config.train.profile_steps = 1
+  with pytest.raises(errors.UserError) as error:
+    profiling.Profiler(
+        profiling.profile_dir(str(tmp_path), 'profile'), config.train
+    )
+  _one_line(error, f'{blocker} is a file', 'train.profile_steps')
+  # Further down, and for decoding's profile.
+  with pytest.raises(errors.UserError) as error:
+    profiling.check_folder(str(blocker / 'process_1'), 'decode.profile')
+  _one_line(error, f'{blocker} is a file', 'leave decode.profile off')
+  profiling.check_folder(str(tmp_path / 'new' / 'folder'), 'decode.profile')
+  config.train.profile_steps = 0  # no profile: the file is no matter
+  profiling.Profiler(str(blocker), config.train)
+
+
+def test_a_vocabulary_path_that_is_a_directory(tmp_path):
+  # IsADirectoryError.
+  for kind in ('word', 'sentencepiece'):
+    with pytest.raises(vocab.VocabError) as error:
+      vocab.load_vocab(kind, str(tmp_path))
+    _one_line(error, f'vocabulary file {tmp_path} is a directory')
+
+
+@pytest.mark.parametrize(
+    'field, value',
+    [('train.num_steps', 10**20), ('train.num_steps', 2**31)]
+    + [('data.num_eval', -(2**31))],
+)
+def test_counts_beyond_int32_are_refused(field, value):
+  # 10**20 steps: OverflowError in batching.
+  config = defaults.get_config('tiny')
+  section, name = field.split('.')
+  config[section][name] = value
+  with pytest.raises(errors.ConfigError) as error:
+    validation.resolve(config)
+  _one_line(error, field, 'must be below 2**31')
+  config[section][name] = 2**31 - 1
+  validation.resolve(config)  # the largest is fine
+
+
+def _write_config(path, body):
+  path.write_text(
+      'import ml_collections\n'
+      'from nmt_jax.config import defaults\n\n'
+      'def get_config():\n'
+      + body
+  )
+  return str(path)
+
+
+def test_a_config_without_a_section_of_the_defaults(tmp_path):
+  # AttributeError, far from the config file.
+  path = _write_config(
+      tmp_path / 'no_attention.py',
+      '  config = defaults.get_config()\n'
+      '  del config.model["attention"]\n'
+      '  return config\n',
+  )
+  with pytest.raises(errors.ConfigError) as error:
+    cli_flags.load_config(path)
+  _one_line(error, path, 'has no model.attention', 'defaults.get_config()')
+  path = _write_config(
+      tmp_path / 'bare.py', '  return ml_collections.ConfigDict({"seed": 1})\n'
+  )
+  with pytest.raises(errors.ConfigError) as error:
+    cli_flags.load_config(path)
+  _one_line(error, 'has no data')
+
+
+@pytest.mark.parametrize('name', ['passwd', 'config.json'])
+def test_a_config_file_that_is_not_python(tmp_path, name):
+  # "'NoneType' object has no attribute 'loader'".
+  path = tmp_path / name
+  path.write_text('root:x:0:0:root:/root:/bin/bash\n')
+  with pytest.raises(errors.ConfigError) as error:
+    cli_flags.load_config(str(path))
+  _one_line(error, f'config file {path} is not a Python file', '.py')
+
+
+def test_a_lock_file_holding_garbage_is_taken_over(tmp_path, caplog):
+  # It said a run was starting there ("wait for it") when none existed.
+  caplog.set_level(logging.WARNING)
+  lock = tmp_path / locks.LOCK_FILE
+  lock.write_text('garbage\x00 from a broken copy')
+  with locks.locked(str(tmp_path)):
+    assert json.loads(lock.read_text())['pid'] == os.getpid()
+  assert not lock.exists()
+  assert 'not a lock a run writes' in caplog.text
+  # An empty lock of a moment ago is a run writing it: still refused.
+  lock.write_text('')
+  with pytest.raises(errors.CheckpointError) as error:
+    with locks.locked(str(tmp_path)):
+      pass
+  _one_line(error, 'is being locked by another run that is starting')
+
+
+def test_a_directory_named_lock(tmp_path):
+  (tmp_path / locks.LOCK_FILE).mkdir()
+  with pytest.raises(errors.CheckpointError) as error:
+    with locks.locked(str(tmp_path)):
+      pass
+  _one_line(error, f'{tmp_path / locks.LOCK_FILE} is a directory', 'move it')
+
+
+def test_a_record_file_that_is_a_directory(tmp_path):
+  # It said "free some space".
+  (tmp_path / 'metrics.jsonl').mkdir()
+  with pytest.raises(errors.WriteError) as error:
+    writers.MetricWriter(str(tmp_path))
+  _one_line(error, 'metrics.jsonl: it is a directory', 'move it away')
+  (tmp_path / 'eval_results.json').mkdir()
+  with pytest.raises(errors.WriteError) as error:
+    writers.write_json(str(tmp_path / 'eval_results.json'), {'bleu': 1.0})
+  _one_line(error, 'eval_results.json: it is a directory')
+  assert 'space' not in str(error.value)
+
+
+def _cache(directory, train_ids):
+  os.makedirs(directory)
+  rows = [np.array(ids, np.int32) for ids in train_ids]
+  for side in ('source', 'target'):
+    dataset.Ragged.from_rows(rows).save(
+        os.path.join(directory, f'train.{side}')
+    )
+    dataset.Ragged.from_rows(rows[:1]).save(
+        os.path.join(directory, f'eval.{side}')
+    )
+  with open(os.path.join(directory, 'eval.text.json'), 'w') as f:
+    json.dump({'source': ['a'], 'target': ['a']}, f)
+
+
+def test_ids_outside_the_vocabulary_make_the_cache_damaged(tmp_path):
+  # They ended in "loss became nan ... lower train.learning_rate".
+  sizes = {'source': 10, 'target': 10}
+  _cache(str(tmp_path / 'good'), [[4, 5, 9], [3]])
+  assert len(encoding.load_cache(str(tmp_path / 'good'), sizes)['train']) == 2
+  for name, ids in (('high', [[4, 10]]), ('negative', [[4, -1]])):
+    _cache(str(tmp_path / name), ids)
+    with pytest.raises(ValueError, match='ids outside the vocabulary of 10'):
+      encoding.load_cache(str(tmp_path / name), sizes)
+
+
+@pytest.mark.parametrize(
+    'flag, fragment',
+    [
+        ('--config=/nonexistent.py', 'config file /nonexistent.py does not'),
+        ('--threads=-3', '--threads=-3'),
+    ],
+)
+def test_bench_flag_mistakes_are_one_line(flag, fragment):
+  # Tracebacks: bench skipped main's flag checks.
+  args = ['train', '--config=configs/global_general.py:tiny', flag]
+  result = conftest.run_module('benchmarks.bench', *args, check=False)
+  assert result.returncode != 0
+  assert 'Traceback' not in result.stderr
+  lines = result.stderr.strip().splitlines()
+  assert len(lines) == 1 and fragment in lines[0], result.stderr
