@@ -202,10 +202,10 @@ def _check_lengths(config, rows, numbers: Sequence[int], what: str):
   """
   bound = config.decode.max_input_length
   for number, row in zip(numbers, rows):
-    length = len(row)
-    if length - 1 > bound:  # EOS is not the line's
+    pieces = len(row) - 1  # EOS is not the line's
+    if pieces > bound:
       raise UserError(
-          f'{what} line {number} has {length - 1} pieces, more than'
+          f'{what} line {number} has {pieces} pieces, more than'
           f' decode.max_input_length={bound} (default 4 x data.max_length);'
           ' split the line, or raise --config.decode.max_input_length'
       )

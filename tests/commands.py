@@ -1,7 +1,9 @@
 """The command lines run as a user runs them, and what the tests read back."""
 
 import hashlib
+import json
 import os
+import shutil
 import time
 
 from absl import flags
@@ -88,3 +90,18 @@ def final_params(workdir, step):
       jax.tree_util.keystr(p): np.asarray(v)
       for p, v in jax.tree_util.tree_flatten_with_path(restored.state)[0]
   }
+
+
+def copy_reading_backwards(workdir, copy):
+  """`workdir` copied to `copy`, its config.json with data.reverse_source.
+
+  The model then reads each source backwards, as one trained with
+  data.reverse_source does.
+  """
+  shutil.copytree(workdir, copy)
+  path = os.path.join(copy, 'config.json')
+  with open(path) as f:
+    config = json.load(f)
+  config['data']['reverse_source'] = True
+  with open(path, 'w') as f:
+    json.dump(config, f)

@@ -16,7 +16,6 @@ import functools
 import gzip
 import json
 import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -40,6 +39,7 @@ from nmt_jax.training import steps
 from nmt_jax.workdir import writers
 from tests import conftest
 from tests.commands import cli_config
+from tests.commands import copy_reading_backwards
 from tests.commands import final_params
 from tests.commands import nmt
 
@@ -93,12 +93,7 @@ def _reversed_copy(copy_model, workdir):
   """The copy model reading its sources backwards, as one trained with
   data.reverse_source reads them: it copies what it reads, so it writes
   each source reversed, and attends to the positions it read in order."""
-  shutil.copytree(copy_model, workdir)
-  with open(os.path.join(workdir, 'config.json')) as f:
-    config = json.load(f)
-  config['data']['reverse_source'] = True
-  with open(os.path.join(workdir, 'config.json'), 'w') as f:
-    json.dump(config, f)
+  copy_reading_backwards(copy_model, workdir)
   return ['--config.data.reverse_source=true']
 
 

@@ -15,10 +15,9 @@ def profile_dir(workdir: str, name: str) -> str:
   With several processes, <workdir>/<name>/process_<i>: each writes its own
   trace, and JAX reads back the newest one in its folder to convert it.
   """
-  directory = os.path.join(workdir, name)
-  if jax.process_count() > 1:
-    directory = os.path.join(directory, f'process_{jax.process_index()}')
-  return directory
+  if jax.process_count() == 1:
+    return os.path.join(workdir, name)
+  return os.path.join(workdir, name, f'process_{jax.process_index()}')
 
 
 def check_folder(directory: str, field: str):

@@ -214,11 +214,13 @@ class Checkpoints:
   ):
     """Raises CheckpointError naming the first array whose shape differs."""
     metadata = self.manager.item_metadata(step)['state']
-    if not _leaf_shapes(metadata):  # not another model's: no metadata read
+    stored = _leaf_shapes(metadata)
+    if not stored:  # not another model's: no metadata read
       raise DamagedCheckpoint(
           'its state has no array metadata (state/_METADATA missing or empty)'
       )
-    stored = _leaf_shapes(metadata[subtree] if subtree else metadata)
+    if subtree:
+      stored = _leaf_shapes(metadata[subtree])
     wanted = _leaf_shapes(abstract_state)
     for name in sorted(set(stored) | set(wanted)):
       if stored.get(name) != wanted.get(name):

@@ -29,6 +29,8 @@ from typing import Optional
 
 from absl import logging
 
+from nmt_jax.workdir import integrity
+
 # Set once a save failed in the storage: the writes it abandoned fail in
 # Orbax's threads until the process ends.
 _save_failed = False
@@ -46,24 +48,12 @@ def _from(error: Optional[BaseException], folder: str) -> bool:
   return any(f'/{folder}/' in frame.filename for frame in frames)
 
 
-def _storage_error(error: Optional[BaseException]) -> bool:
-  """TensorStore's wording of a failed write (no Python frame of Orbax's)."""
-  while error is not None:
-    text = str(error)
-    if isinstance(error, OSError) or 'os_error_code' in text:
-      return True
-    if 'RESOURCE_EXHAUSTED' in text:
-      return True
-    error = error.__cause__ or error.__context__
-  return False
-
-
 def _abandoned(error: Optional[BaseException]) -> bool:
   """A read or write a failed restore or save left behind."""
   if _from(error, 'orbax'):
     return True
   if _save_failed and (
-      _storage_error(error) or 'Event loop is closed' in str(error)
+      integrity.failed_writing(error) or 'Event loop is closed' in str(error)
   ):
     return True
   return False

@@ -18,6 +18,7 @@ from nmt_jax.analysis import runs as runs_lib
 from nmt_jax.analysis import sweep_runs as sweep_lib
 from nmt_jax.workdir import run_config
 from tests import conftest
+from tests.commands import copy_reading_backwards
 from tests.commands import wait_until
 
 ROOT = conftest.ROOT
@@ -504,12 +505,7 @@ def test_attention_of_a_reversed_source_is_in_reading_order(runs, tmp_path):
   # input as the sentence "c b a" without it, so the same steps, flipped.
   workdir = f"{runs['root']}/flexible"
   flipped = str(tmp_path / 'flipped')
-  shutil.copytree(workdir, flipped)
-  with open(os.path.join(flipped, 'config.json')) as f:
-    config = json.load(f)
-  config['data']['reverse_source'] = True
-  with open(os.path.join(flipped, 'config.json'), 'w') as f:
-    json.dump(config, f)
+  copy_reading_backwards(workdir, flipped)
   sentences = attention_maps.sample_sentences(workdir, 4)
   backwards = [' '.join(s.split()[::-1]) for s in sentences]
   tau = {'model.attention.tau': 0.5}

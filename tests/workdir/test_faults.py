@@ -948,27 +948,28 @@ def test_a_ctrl_c_dropped_inside_a_gc_callback_is_raised_again(monkeypatch):
     signal.signal(signal.SIGINT, previous)
 
 
+def _translating(*args, **pipes):
+  """`python -m nmt_jax.main *RUN --mode=translate *args`, started."""
+  return subprocess.Popen(
+      [sys.executable, '-m', 'nmt_jax.main', *RUN, '--mode=translate', *args],
+      cwd=ROOT,
+      env=conftest.subprocess_env(),
+      stderr=subprocess.PIPE,
+      text=True,
+      **pipes,
+  )
+
+
 def test_ctrl_c_ends_a_long_translation_at_once(trained, tmp_path):
   """It printed 'interrupted' and decoded on (minutes) until SIGKILL."""
   source = tmp_path / 'long.txt'
   source.write_text(' '.join(['a', 'b', 'c'] * 20000) + '\n')  # minutes
-  process = subprocess.Popen(
-      [
-          sys.executable,
-          '-m',
-          'nmt_jax.main',
-          *RUN,
-          f'--workdir={trained}',
-          '--mode=translate',
-          f'--input={source}',
-          '--config.decode.max_input_length=60000',
-          '--config.decode.beam_size=4',
-      ],
-      cwd=ROOT,
-      env=conftest.subprocess_env(),
+  process = _translating(
+      f'--workdir={trained}',
+      f'--input={source}',
+      '--config.decode.max_input_length=60000',
+      '--config.decode.beam_size=4',
       stdout=subprocess.PIPE,
-      stderr=subprocess.PIPE,
-      text=True,
   )
 
   def cpu_seconds():
@@ -992,21 +993,7 @@ def test_ctrl_c_ends_a_long_translation_at_once(trained, tmp_path):
 
 def test_ctrl_c_in_translate_does_not_tell_to_resume(tmp_path):
   """Ctrl-C while translate waits for stdin: exit 130, no 'resume' advice."""
-  process = subprocess.Popen(
-      [
-          sys.executable,
-          '-m',
-          'nmt_jax.main',
-          *RUN,
-          f'--workdir={tmp_path}/w',
-          '--mode=translate',
-      ],
-      cwd=ROOT,
-      env=conftest.subprocess_env(),
-      stdin=subprocess.PIPE,
-      stderr=subprocess.PIPE,
-      text=True,
-  )
+  process = _translating(f'--workdir={tmp_path}/w', stdin=subprocess.PIPE)
 
   def reading_stdin():
     # /proc/<pid>/syscall: 'syscall number, first argument, ...'; read is 0.
