@@ -54,6 +54,7 @@ from benchmarks import train_speed
 from nmt_jax import attention
 from nmt_jax.config import cli_flags
 from nmt_jax.system import allocator
+from nmt_jax.system import cpu_threads
 from nmt_jax.system import errors
 from nmt_jax.workdir import library_logs
 from nmt_jax.workdir import writers
@@ -346,7 +347,7 @@ def main(argv):
   try:
     if _JSON.value:  # before the run, not after it
       writers.check_writable(_JSON.value, 'json')
-    train_speed.pin_threads(_THREADS.value)  # before JAX starts its backend
+    cpu_threads.pin_threads(_THREADS.value)  # before JAX starts its backend
     result = run(argv[1])
   except errors.UserError as e:
     print(f'error: {e}', file=sys.stderr)

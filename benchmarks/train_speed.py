@@ -26,31 +26,9 @@ from nmt_jax.config import compiler_options
 from nmt_jax.config import validation
 from nmt_jax.data import batching
 from nmt_jax.model import seq2seq
-from nmt_jax.system import errors
 from nmt_jax.system import parallel
 from nmt_jax.system import timing
 from nmt_jax.training import steps
-
-
-def pin_threads(threads: Optional[int]):
-  """Restricts this process (and XLA's thread pool) to `threads` cores.
-
-  Call before JAX starts its backend (the first device use).
-  """
-  if not threads:
-    return
-  cores = sorted(os.sched_getaffinity(0))
-  if threads > len(cores):
-    raise errors.ConfigError(
-        f'--threads={threads} but only {len(cores)} cores are available'
-    )
-  # XLA:CPU sizes its thread pool from the affinity mask.
-  os.sched_setaffinity(0, set(cores[:threads]))
-  if threads == 1:
-    flags = os.environ.get('XLA_FLAGS', '')
-    os.environ['XLA_FLAGS'] = (
-        flags + ' --xla_cpu_multi_thread_eigen=false'
-    ).strip()
 
 
 def cpu_name() -> str:

@@ -14,6 +14,7 @@ import numpy as np
 
 from nmt_jax.config import validation
 from nmt_jax.data import dataset
+from nmt_jax.data import segmentation
 from nmt_jax.decoding import evaluation
 from nmt_jax.decoding import outputs
 from nmt_jax.decoding import restore
@@ -28,7 +29,8 @@ from nmt_jax.workdir import writers
 def _texts(config, task, decoded, split, k_best: int):
   """Per sentence, its hypotheses' (text, score, alignment text or None).
 
-  The first `k_best` of each n-best list; unk replacement applied.
+  The first `k_best` of each n-best list; unk replacement applied, then
+  data.segmentation undone.
   """
   reverse, rows = config.data.reverse_source, []
   for index, nbest in enumerate(decoded.nbest):
@@ -48,6 +50,7 @@ def _texts(config, task, decoded, split, k_best: int):
           )
         if config.decode.alignments:
           alignment = outputs.pharaoh(positions)
+      text = segmentation.desegment(config.data.segmentation, text)
       row.append((text, hypothesis.score, alignment))
     rows.append(row)
   return rows
@@ -76,7 +79,9 @@ def evaluate(
   """Decodes the test split (else validation) and scores it.
 
   One workdir: its best checkpoint; results go into it (eval_results.json,
-  eval_hypotheses.txt, an 'eval' record in metrics.jsonl). An ensemble
+  eval_hypotheses.txt, an 'eval' record in metrics.jsonl). With
+  decode.step = N, that checkpoint, and the files go into
+  <workdir>/eval_step_<N>/ (the record into metrics.jsonl). An ensemble
   writes into the folder `output`. With decode.nbest / decode.alignments,
   eval_nbest.txt / eval_alignments.txt too.
   """
@@ -104,12 +109,15 @@ def evaluate(
         f'--output={output} is a training workdir: the ensemble results would'
         ' replace its own; give the ensemble a folder of its own'
     )
-  target = output or paths[0]
+  held = output or paths[0]
+  target = held
+  if len(paths) == 1 and config.decode.step is not None:
+    target = os.path.join(held, f'eval_step_{config.decode.step}')
   created = folders.prepare(target)  # writable: fail now, not after decoding
   try:
     # Locked before restoring: a restore sets damaged checkpoints aside, which
     # must not happen under a run that is writing there.
-    with locks.locked(target):
+    with locks.locked(held):
       result, rows, step = _evaluate_locked(config, paths, target)
   except BaseException:
     if created:
@@ -151,11 +159,13 @@ def _evaluate_locked(config, paths: Sequence[str], target: str):
   else:
     result['checkpoint_step'] = step
   if jax.process_index() == 0:
-    _write_eval(config, target, result, rows, len(paths) == 1)
+    record_in = paths[0] if len(paths) == 1 else None
+    _write_eval(config, target, result, rows, record_in)
   return result, rows, step
 
 
-def _write_eval(config, target: str, result, rows, record: bool):
+def _write_eval(config, target: str, result, rows, record_in: Optional[str]):
+  """The evaluation's files in `target`; its record in `record_in`'s metrics."""
   writers.write_json(os.path.join(target, 'eval_results.json'), result)
   writers.write_text(
       os.path.join(target, 'eval_hypotheses.txt'),
@@ -176,8 +186,8 @@ def _write_eval(config, target: str, result, rows, record: bool):
     )
   if config.decode.alignments:
     writers.write_text(alignments, ''.join(row[0][2] + '\n' for row in rows))
-  if record:
-    writer = writers.MetricWriter(target)
+  if record_in:
+    writer = writers.MetricWriter(record_in)
     writer.write(result['checkpoint_step'], 'eval', evaluation.scalars(result))
     writer.close()
 

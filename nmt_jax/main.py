@@ -28,6 +28,7 @@ from nmt_jax import train
 from nmt_jax.config import cli_flags
 from nmt_jax.config import compiler_options
 from nmt_jax.system import compile_cache
+from nmt_jax.system import cpu_threads
 from nmt_jax.system import errors
 from nmt_jax.system import parallel
 from nmt_jax.training import preemption
@@ -102,6 +103,14 @@ _DISTRIBUTED_TIMEOUT = flags.DEFINE_integer(
     'distributed_timeout',
     300,
     'Seconds to wait for all processes to join before giving up.',
+    lower_bound=1,
+)
+_THREADS = flags.DEFINE_integer(
+    'threads',
+    None,
+    'CPU threads: the process runs on the first N cores it may use (XLA:CPU'
+    ' sizes its thread pool from them); default: all. Two runs on one'
+    ' machine: place each with taskset -c instead.',
     lower_bound=1,
 )
 flags.mark_flags_as_required(['config', 'workdir'])
@@ -311,6 +320,10 @@ def main(argv):
     config.keys()  # config_flags defers load failures to the first access
   except OSError as e:
     _fail(str(e).strip().splitlines()[-1])
+  try:
+    cpu_threads.pin_threads(_THREADS.value)  # before JAX starts its backend
+  except errors.UserError as e:
+    _fail(str(e))
   preemption.interrupt_on_sigint()
   stdout = None
   if _MODE.value in ('translate', 'score'):

@@ -229,7 +229,9 @@ def _train_and_evaluate(config, workdir: str, mesh) -> Dict[str, Any]:
     )
 
   # ------------------------------------------------------------ checkpoints
-  ckpts = checkpoint.Checkpoints(workdir, keep=t.keep_checkpoints)
+  ckpts = checkpoint.Checkpoints(
+      workdir, keep=t.keep_checkpoints, keep_every=t.keep_every
+  )
   writer = None
   stack = contextlib.ExitStack()
   # Each process builds only its rows of every batch, ahead of the step, in a
@@ -286,6 +288,7 @@ def _train_and_evaluate(config, workdir: str, mesh) -> Dict[str, Any]:
     )
     # A resumed run checks its losses against the running mean it had.
     progress.restore_divergence_state(resumed_meta.get('divergence'))
+    time_left = progress_lib.Eta(t.num_steps)
     sigterm = stack.enter_context(
         preemption.Preemption(t.sigterm_grace_seconds)
     )
@@ -321,7 +324,8 @@ def _train_and_evaluate(config, workdir: str, mesh) -> Dict[str, Any]:
             lambda s: setup.schedule(s) * plateau.scale,
         )
         writer.write(done, 'train', record)
-        _log_progress(done, t.num_steps, record, progress.seconds_per_step)
+        eta = time_left.seconds_left(done, progress.seconds_per_step)
+        _log_progress(done, t.num_steps, record, eta)
         progress.reset()
       progress.pause()  # validation and saving are not training time
       result = None
@@ -402,8 +406,7 @@ def _log_batch(config, batches, mesh):
   )
 
 
-def _log_progress(step, num_steps, record, seconds_per_step):
-  eta = seconds_per_step * (num_steps - step)
+def _log_progress(step, num_steps, record, eta):
   per_device = ''
   if record['devices'] > 1:
     per_device = f' ({record["tokens_per_sec_per_device"]:,.0f} per device)'

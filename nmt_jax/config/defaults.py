@@ -107,8 +107,17 @@ def get_config(arg=None):
   config.data.vocab.shared = True
   # SentencePiece model: 'bpe' or 'unigram'.
   config.data.vocab.model_type = 'bpe'
+  # An existing SentencePiece model file to use instead of training one (one
+  # model for both sides: vocab.shared; size and model_type then unused). Its
+  # own <unk>/<s>/</s> ids are mapped to nmt_jax's (nmt_jax/data/vocab.py).
+  config.data.vocab.sentencepiece_model = ''
   # word/char: tokens seen fewer times become <unk>.
   config.data.vocab.min_count = 1
+  # A corpus segmented by another tool, read as words (vocab.kind='word'):
+  # 'sentencepiece' ('▁' starts a word) or 'bpe' ('@@ ' joins); hypotheses
+  # and references are joined back into text for BLEU, chrF and the output
+  # (nmt_jax/data/segmentation.py). 'none' = the words are words.
+  config.data.segmentation = 'none'
   # Feed the source tokens in reverse order (Sutskever et al. 2014); EOS stays
   # last. Alignments and attention maps are reported in the original order.
   config.data.reverse_source = False
@@ -203,6 +212,10 @@ def get_config(arg=None):
   config.train.checkpoint_every = 500
   # Checkpoints to keep besides the best one (by validation BLEU).
   config.train.keep_checkpoints = 2
+  # Also keep every checkpoint whose step is a multiple of this, for
+  # evaluating a learning curve later (decode.step); a multiple of
+  # checkpoint_every. 0 = off.
+  config.train.keep_every = 0
   # Validation BLEU during training decodes with this beam (1 = greedy) and
   # on at most this many sentences (the final evaluation uses all of them).
   config.train.eval_beam_size = 1
@@ -257,6 +270,10 @@ def get_config(arg=None):
   # named): a 100,000-word line would decode for minutes. None = 4 x
   # data.max_length, the training length.
   config.decode.max_input_length = ml_collections.config_dict.placeholder(int)
+  # eval/translate/score restore this kept step (of every ensemble member)
+  # instead of the best one; eval then writes into <workdir>/eval_step_<N>/.
+  # None = the best.
+  config.decode.step = ml_collections.config_dict.placeholder(int)
   # Hypotheses per decoding batch: greedy search decodes batch_size
   # sentences at a time, beam search batch_size // beam_size.
   config.decode.batch_size = 256

@@ -9,6 +9,7 @@ what depends on the devices is checked where the mesh is made
 from nmt_jax import attention
 from nmt_jax.config import compiler_options
 from nmt_jax.data import batching
+from nmt_jax.data import segmentation
 from nmt_jax.system import errors
 
 # Fields that must be > 0, and fields that must be >= 0 (besides the attention
@@ -57,6 +58,7 @@ NON_NEGATIVE = (
     'train.warmup_steps',
     'train.plateau_decay',
     'train.early_stopping_patience',
+    'train.keep_every',
     'train.profile_steps',
     'train.loss_chunk',
     'train.profile_from_step',
@@ -88,6 +90,7 @@ CHOICES = {
     'data.vocab.kind': ('sentencepiece', 'word', 'char'),
     'data.bucketing': ('even', 'fitted'),
     'data.vocab.model_type': ('bpe', 'unigram'),
+    'data.segmentation': segmentation.KINDS,
 }
 
 
@@ -135,6 +138,17 @@ def validate(config):
         config.compiler_options,
         'needs parallel.mode=jit (jax.pmap takes no compiler options)',
         "set --config.parallel.mode=jit, or --config.compiler_options=''",
+    )
+  if config.decode.step is not None:
+    errors.non_negative('decode.step', config.decode.step)
+  t = config.train
+  if t.keep_every and t.keep_every % t.checkpoint_every:
+    raise errors.config_error(
+        'train.keep_every',
+        t.keep_every,
+        f'is not a multiple of train.checkpoint_every={t.checkpoint_every},'
+        ' so no step it keeps would be saved',
+        f'use a multiple of {t.checkpoint_every}',
     )
   _check_model(config.model)
   _check_data(config.data)
@@ -269,6 +283,26 @@ def _check_decode(config):
 
 
 def _check_data(data):
+  if data.vocab.sentencepiece_model and (
+      data.vocab.kind != 'sentencepiece' or not data.vocab.shared
+  ):
+    raise errors.config_error(
+        'data.vocab.sentencepiece_model',
+        data.vocab.sentencepiece_model,
+        'is one SentencePiece model for both sides, but data.vocab.kind is'
+        f' {data.vocab.kind!r} and data.vocab.shared {data.vocab.shared}',
+        'set --config.data.vocab.kind=sentencepiece'
+        ' --config.data.vocab.shared=true',
+    )
+  if data.segmentation != 'none' and data.vocab.kind != 'word':
+    raise errors.config_error(
+        'data.segmentation',
+        data.segmentation,
+        'joins the pieces of a word vocabulary, but data.vocab.kind is'
+        f' {data.vocab.kind!r}',
+        "set --config.data.vocab.kind=word (the corpus's pieces are its"
+        " words), or data.segmentation='none'",
+    )
   if data.min_length > data.max_length:
     raise errors.config_error(
         'data.min_length',

@@ -5,9 +5,10 @@ the first training run) into `<workdir>/vocab/`. The encoded, length-filtered
 splits are cached in `<workdir>/data_cache/<key>` (flat int32 + offsets,
 memory-mapped), the key covering the data fields, the vocabularies and the
 source files, so a changed corpus or max_length is encoded again. Training
-and validation pairs with an empty side or more than data.max_length tokens on
-either side are skipped and counted in the log; the test split is kept whole
-(its scores and eval_hypotheses.txt cover every line of the test files).
+pairs with an empty side or more than data.max_length tokens on either side
+are skipped and counted in the log; the validation and test splits are kept
+whole (their scores, and eval_hypotheses.txt, cover every line of their
+files; longer pairs are decoded in a length bucket of their own).
 """
 
 import hashlib
@@ -39,9 +40,9 @@ def encode_split(
 ):
   """-> (data.Split, {'empty': n, 'too_long': n}).
 
-  max_length counts tokens without EOS. With `keep_all` (the test split)
-  those pairs are counted but kept, so that line i of the split is line i of
-  its files.
+  max_length counts tokens without EOS. With `keep_all` (validation and
+  test) those pairs are counted but kept, so that line i of the split is line
+  i of its files.
   """
   split = dataset.Split([], [], [], [])
   dropped = {'empty': 0, 'too_long': 0}
@@ -125,6 +126,9 @@ def vocab_files(data_config, directory: str) -> Dict[str, str]:
 def vocab_settings(data_config) -> Dict[str, Dict[str, object]]:
   """{'source'|'target': the data.vocab fields its vocabulary is built by}."""
   v = data_config.vocab
+  if v.kind == 'sentencepiece' and v.sentencepiece_model:
+    given = {'sentencepiece_model': os.path.abspath(v.sentencepiece_model)}
+    return {'source': given, 'target': given}
   sizes = {
       'source': v.size,
       'target': v.size if v.shared else (v.target_size or v.size),
@@ -179,7 +183,10 @@ def build_vocabs(
       'source': [s for s in source_lines if s.strip()],
       'target': [t for t in target_lines if t.strip()],
   }
-  if v.shared:
+  if v.kind == 'sentencepiece' and v.sentencepiece_model:
+    shared = vocab_lib.read_sentencepiece_model(v.sentencepiece_model)
+    vocabs = {'source': shared, 'target': shared}
+  elif v.shared:
     vocabs = {
         'shared': vocab_lib.build_vocab(
             v.kind,
@@ -235,8 +242,9 @@ def cache_key(data_config, vocab_paths: Dict[str, str], identity) -> str:
   }
   fields['vocab'] = data_config.vocab.to_dict()
   # 2: the test split kept whole (before, filtered like the others); 3: a
-  # side is empty when it encodes to EOS alone (before, when blank).
-  fields['encoding'] = 3
+  # side is empty when it encodes to EOS alone (before, when blank); 4: the
+  # validation split kept whole too.
+  fields['encoding'] = 4
   digest.update(
       json.dumps([fields, identity], sort_keys=True, default=str).encode()
   )
@@ -438,7 +446,7 @@ def task_from_lines(
           target_vocab,
           data_config.max_length,
           names[split],
-          keep_all=split == 'test',
+          keep_all=split != 'train',
       )[0]
       for split, pair in lines.items()
   }

@@ -137,29 +137,52 @@ class CharVocab(Vocab):
 
 
 class SentencePieceVocab:
-  """A SentencePiece model whose reserved ids are PAD, BOS, EOS, UNK = 0..3."""
+  """A SentencePiece model; ids PAD, BOS, EOS, UNK = 0..3.
+
+  A model nmt_jax built reserves those ids itself. Another one (trained by
+  a user, with its own <unk>, <s> and </s> ids) is read through a table:
+  the four reserved tokens, then the model's pieces except its control and
+  unknown ones, in the model's order; its unknown piece becomes UNK.
+  """
 
   def __init__(self, model_proto: bytes):
     self.model_proto = model_proto
     self.processor = sentencepiece.SentencePieceProcessor(
         model_proto=model_proto
     )
-    self.tokens = [
-        self.processor.id_to_piece(i)
-        for i in range(self.processor.get_piece_size())
+    size = self.processor.get_piece_size()
+    pieces = [self.processor.id_to_piece(i) for i in range(size)]
+    self._from_model = self._to_model = None
+    if tuple(pieces[: len(SPECIALS)]) == SPECIALS:
+      self.tokens = pieces
+      return
+    kept = [
+        i
+        for i in range(size)
+        if not (self.processor.is_control(i) or self.processor.is_unknown(i))
     ]
-    if tuple(self.tokens[: len(SPECIALS)]) != SPECIALS:
+    clash = [pieces[i] for i in kept if pieces[i] in SPECIALS]
+    if clash:
       raise VocabError(
-          'this SentencePiece model does not reserve ids 0-3 for <pad> <s> </s>'
-          ' <unk>; build the vocabulary with nmt_jax (--mode=prepare)'
+          f'this SentencePiece model has a normal piece {clash[0]!r}, a name'
+          ' nmt_jax reserves; train it with that piece as a control symbol'
       )
+    self.tokens = list(SPECIALS) + [pieces[i] for i in kept]
+    self._from_model = np.full(size, UNK, np.int32)  # control pieces: UNK
+    self._from_model[kept] = np.arange(len(SPECIALS), len(self.tokens))
+    self._to_model = np.asarray([-1] * len(SPECIALS) + kept, np.int64)
 
   def __len__(self):
     return len(self.tokens)
 
+  def _ids(self, model_ids: List[int]) -> List[int]:
+    if self._from_model is None:
+      return model_ids
+    return self._from_model[model_ids].tolist() if model_ids else []
+
   def encode(self, text: str, line: int = 0) -> List[int]:
     del line  # every text encodes (unknown characters become <unk>)
-    return self.processor.encode(text) + [EOS]
+    return self._ids(self.processor.encode(text)) + [EOS]
 
   def encode_lines(
       self, texts: Sequence[str], first_line: int = 1
@@ -169,7 +192,9 @@ class SentencePieceVocab:
     Uses SentencePiece's batch encoder (~1.7x faster).
     """
     del first_line
-    return [ids + [EOS] for ids in self.processor.encode(list(texts))]
+    return [
+        self._ids(ids) + [EOS] for ids in self.processor.encode(list(texts))
+    ]
 
   def decode(self, ids: Iterable[int]) -> str:
     kept = []
@@ -179,6 +204,12 @@ class SentencePieceVocab:
         break
       if i not in (PAD, BOS):
         kept.append(i)
+    if self._to_model is not None:
+      # UNK: the model's own unknown piece (decoded as ' ⁇ ').
+      kept = [
+          self.processor.unk_id() if i == UNK else int(self._to_model[i])
+          for i in kept
+      ]
     return self.processor.decode(kept)
 
   def save(self, path: str):
@@ -266,6 +297,26 @@ def build_vocab(
         f' {fix}'
     ) from None
   return SentencePieceVocab(model.getvalue())
+
+
+def read_sentencepiece_model(path: str) -> SentencePieceVocab:
+  """data.vocab.sentencepiece_model: a user's SentencePiece model file."""
+  fix = 'give the .model file SentencePiece trained'
+  try:
+    with open(path, 'rb') as f:
+      proto = f.read()
+  except OSError as e:
+    raise VocabError(
+        f'data.vocab.sentencepiece_model={path} cannot be read'
+        f' ({e.strerror}); {fix}'
+    ) from None
+  try:
+    return SentencePieceVocab(proto)
+  except RuntimeError:
+    raise VocabError(
+        f'data.vocab.sentencepiece_model={path} is not a SentencePiece model;'
+        f' {fix}'
+    ) from None
 
 
 def load_vocab(kind: str, path: str):

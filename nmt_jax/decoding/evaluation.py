@@ -13,6 +13,7 @@ import numpy as np
 from nmt_jax.config import compiler_options
 from nmt_jax.data import batching
 from nmt_jax.data import dataset
+from nmt_jax.data import segmentation
 from nmt_jax.data.vocab import EOS
 from nmt_jax.data.vocab import PAD
 from nmt_jax.decoding import metrics as metrics_lib
@@ -319,8 +320,16 @@ class Evaluator:
       info['decode_ms_per_sentence_all'] = [
           1000 * t / count for t in stats['decode_seconds_all']
       ]
-    texts = [self.task.target_vocab.decode(n[0].ids) for n in nbest]
+    texts = [self.text(n[0].ids) for n in nbest]
     return Decoded(texts, nbest, info)
+
+  def text(self, ids) -> str:
+    """A hypothesis's target ids as text (data.segmentation undone)."""
+    return self.as_text(self.task.target_vocab.decode(ids))
+
+  def as_text(self, pieces: str) -> str:
+    """Target-side `pieces` (a hypothesis, a reference) as text."""
+    return segmentation.desegment(self.config.data.segmentation, pieces)
 
   def translate(
       self,
@@ -335,7 +344,9 @@ class Evaluator:
 
   def metrics(self, params, split, decoded: Decoded, beam_size: int):
     """BLEU (+ signature), chrF, RIBES and loss of decoded texts."""
-    references = split.target_text[: len(decoded.texts)]
+    references = [
+        self.as_text(t) for t in split.target_text[: len(decoded.texts)]
+    ]
     result = metrics_lib.translation_metrics(
         decoded.texts, references, self.config.data.target_lang
     )

@@ -36,7 +36,7 @@ def _check_has_checkpoints(workdir: str):
 def restore_for_inference(config, workdir: str, corpus: bool = True):
   """(task, model, mesh, params, step) of the workdir's best checkpoint.
 
-  `config` is resolved (validation.resolve). Without `corpus` the task has
+  Or of the kept step that config.decode.step names. `config` is resolved (validation.resolve). Without `corpus` the task has
   the vocabularies only (data.load_vocab_task): enough to translate or score
   given sentences, and the corpus is not read.
   """
@@ -46,7 +46,12 @@ def restore_for_inference(config, workdir: str, corpus: bool = True):
   model = seq2seq.create_model(config, task)
   mesh = parallel.make_mesh(config.parallel.mesh_shape)
   params, step = checkpoint.best_params(
-      workdir, _abstract_params(model), mesh, 'this config', task=task
+      workdir,
+      _abstract_params(model),
+      mesh,
+      'this config',
+      task=task,
+      step=config.decode.step,
   )
   return task, model, mesh, params, step
 
@@ -108,7 +113,12 @@ def restore_scorer(config, paths: Sequence[str], corpus: bool = True):
         run_config.with_run_options(member_config, config), task
     )
     member_params, step = checkpoint.best_params(
-        path, _abstract_params(model), mesh, f'member {path}', task=task
+        path,
+        _abstract_params(model),
+        mesh,
+        f'member {path}',
+        task=task,
+        step=config.decode.step,
     )
     members.append(model)
     params.append(member_params)

@@ -148,3 +148,29 @@ class Progress:
         'learning_rate': float(schedule(step - 1)),
         'epoch': step / steps_per_epoch,
     }
+
+
+class Eta:
+  """Time left to `num_steps`, from the wall time since the first log line.
+
+  The first window holds the compilation of the step (and of each bucket
+  met), and one window's rate swings with validations, checkpoints and the
+  lengths its batches drew: the estimate averages everything after the
+  first log line, validation and saving included, so it is the time the run
+  will take. Before there is such an interval, the first window's rate.
+  """
+
+  def __init__(self, num_steps: int, clock: Callable[[], float] = None):
+    self.num_steps = num_steps
+    self._clock = clock or time.perf_counter
+    self._origin = None  # (time, step) of the first log line
+
+  def seconds_left(self, step: int, window_seconds_per_step: float) -> float:
+    """At a log line of `step`: the seconds to num_steps."""
+    now = self._clock()
+    if self._origin is None or step <= self._origin[1]:
+      self._origin = self._origin or (now, step)
+      per_step = window_seconds_per_step
+    else:
+      per_step = (now - self._origin[0]) / (step - self._origin[1])
+    return per_step * max(self.num_steps - step, 0)

@@ -56,22 +56,31 @@ def _leaf_shapes(tree) -> Dict[str, Tuple[int, ...]]:
 class Checkpoints:
   """The checkpoints of `<workdir>/checkpoints`."""
 
-  def __init__(self, workdir: str, keep: int = 2, create: bool = True):
+  def __init__(
+      self,
+      workdir: str,
+      keep: int = 2,
+      create: bool = True,
+      keep_every: int = 0,
+  ):
     self.directory = os.path.join(os.path.abspath(workdir), 'checkpoints')
+    # Keep the newest `keep` (resume never goes back in time), the best by
+    # BLEU and, with `keep_every`, every step that is a multiple of it.
+    keeping = [
+        policies.LatestN(keep),
+        policies.BestN(
+            get_metric_fn=lambda m: m['bleu'],
+            reverse=False,
+            n=1,
+            keep_checkpoints_without_metrics=False,
+        ),
+    ]
+    if keep_every:
+      keeping.append(policies.EveryNSteps(keep_every))
     options = ocp.CheckpointManagerOptions(
         create=create,
         enable_async_checkpointing=True,
-        # Keep the newest `keep` (resume never goes back in time)
-        # and the best by BLEU.
-        preservation_policy=policies.AnyPreservationPolicy([
-            policies.LatestN(keep),
-            policies.BestN(
-                get_metric_fn=lambda m: m['bleu'],
-                reverse=False,
-                n=1,
-                keep_checkpoints_without_metrics=False,
-            ),
-        ]),
+        preservation_policy=policies.AnyPreservationPolicy(keeping),
         best_fn=lambda m: m['bleu'],
         best_mode='max',
     )
@@ -298,8 +307,15 @@ class Checkpoints:
     state, meta = self.restore_tree(step, sharding)
     return state['params'], meta
 
-  def first_good(self, restore_fn: Callable[[int], Any], best: bool = False):
+  def first_good(
+      self,
+      restore_fn: Callable[[int], Any],
+      best: bool = False,
+      only: Optional[int] = None,
+  ):
     """restore_fn(step) of the newest (or best) step that is not damaged.
+
+    With `only`, that step alone is tried (no fallback to another one).
 
     Each damaged step is logged and moved to checkpoints/corrupt/ (or, in a
     read-only workdir or one another run holds the lock of, skipped).
@@ -311,7 +327,11 @@ class Checkpoints:
     """
     skipped = set()
     while True:
-      steps = [s for s in self.manager.all_steps() if s not in skipped]
+      steps = [
+          s
+          for s in self.manager.all_steps()
+          if s not in skipped and only in (None, s)
+      ]
       if not steps:
         return None, None
       step = self._best_of(steps) if best else max(steps)
@@ -480,14 +500,30 @@ def load_params_from(workdir: str, config, abstract_params, mesh, task=None):
   )
 
 
-def best_params(workdir: str, abstract_params, mesh, what: str, task=None):
-  """(params, step) of the workdir's best good checkpoint.
+def best_params(
+    workdir: str,
+    abstract_params,
+    mesh,
+    what: str,
+    task=None,
+    step: Optional[int] = None,
+):
+  """(params, step) of the workdir's best good checkpoint, or of `step`.
 
-  Damaged checkpoints are set aside (checkpoint.Checkpoints.first_good). With
-  a `task`, its vocabularies are checked first.
+  Damaged checkpoints are set aside (checkpoint.Checkpoints.first_good); a
+  named `step` that is missing or damaged is an error, never another step.
+  With a `task`, its vocabularies are checked first.
   """
   ckpts = Checkpoints(workdir, create=False)
+  wanted = step
   try:
+    if wanted is not None and wanted not in ckpts.manager.all_steps():
+      kept = ', '.join(map(str, sorted(ckpts.manager.all_steps()))) or 'none'
+      raise CheckpointError(
+          f'workdir {workdir} has no checkpoint of step {wanted} (kept:'
+          f' {kept}); name a kept step in decode.step, or keep more in'
+          ' training with train.keep_every'
+      )
 
     def restore(step):
       if task is not None:
@@ -496,9 +532,14 @@ def best_params(workdir: str, abstract_params, mesh, what: str, task=None):
           step, abstract_params, parallel.replicated(mesh), what
       )[0]
 
-    step, params = ckpts.first_good(restore, best=True)
+    step, params = ckpts.first_good(restore, best=True, only=wanted)
   finally:
     ckpts.close()
+  if step is None and wanted is not None:
+    raise CheckpointError(
+        f'checkpoint {wanted} of {workdir} is damaged (moved to'
+        f' {ckpts.directory}/corrupt/); name another kept step in decode.step'
+    )
   if step is None:
     raise CheckpointError(
         f'every checkpoint of {workdir} is damaged (moved to'

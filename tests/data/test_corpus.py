@@ -361,7 +361,7 @@ def text_run(tmp_path_factory):
   """The numbers corpus with SentencePiece, prepared and trained 6 steps.
 
   Its test split has two more pairs: one over data.max_length, one with an
-  empty side. In this process, as `--mode=prepare`, then training, run it:
+  empty side; its validation split the over-long one. In this process, as `--mode=prepare`, then training, run it:
   (command line args, workdir, corpus folder, the messages logged).
   """
   from nmt_jax import train  # pylint: disable=g-import-not-at-top
@@ -375,9 +375,11 @@ def text_run(tmp_path_factory):
   for name in ('train', 'dev', 'test'):
     for lang in ('de', 'en'):
       lines = open(f'{NUMBERS}.{name}.{lang}', encoding='utf-8').read()
-      if name == 'test':  # one over-long pair, one with an empty side
+      if name != 'train':  # one over-long pair
         extra = 'eins zwei ' * 40 if lang == 'de' else 'one two ' * 40
-        lines += extra.strip() + '\n' + ('Drei.\n' if lang == 'de' else '\n')
+        lines += extra.strip() + '\n'
+      if name == 'test':  # one with an empty side
+        lines += 'Drei.\n' if lang == 'de' else '\n'
       (corpus / f'numbers.{name}.{lang}').write_text(lines, encoding='utf-8')
   args = [
       '--config=configs/global_general.py:tiny',
@@ -404,7 +406,7 @@ def test_prepare_train_eval_translate_on_a_text_corpus(text_run, tmp_path):
   from tests.commands import snapshot  # pylint: disable=g-import-not-at-top
 
   args, workdir, corpus, log = text_run
-  assert 'prepared: train 400 pairs, validation 24 pairs, test 26 pairs' in log
+  assert 'prepared: train 400 pairs, validation 25 pairs, test 26 pairs' in log
   assert sorted(os.listdir(os.path.join(workdir, 'vocab'))) == [
       'spm_shared.model',
       'spm_shared.model.settings.json',
@@ -455,8 +457,8 @@ def test_prepare_train_eval_translate_on_a_text_corpus(text_run, tmp_path):
 
 
 def test_the_test_split_keeps_every_pair():
-  """An over-long pair and one with an empty side are skipped from training
-  and validation, but the test split keeps them (in file order): the test
+  """An over-long pair and one with an empty side are skipped from training,
+  but the validation and test splits keep them (in file order): their
   scores must cover the files' lines, as published test BLEU does.
   """
   source, target = ['a b', '', 'a b c d e f', 'c', 'b a'], [
@@ -475,13 +477,18 @@ def test_the_test_split_keeps_every_pair():
 
 
 @pytest.mark.slow
-def test_the_test_split_is_scored_whole(text_run):
+def test_the_test_and_validation_splits_are_scored_whole(text_run):
   """Every line of the test files is decoded and scored, in file order
-  (eval_hypotheses.txt's line i is the files' line i)."""
+  (eval_hypotheses.txt's line i is the files' line i); validation keeps its
+  over-long pair too."""
   _, workdir, corpus, log = text_run
   test_lines = len(open(corpus / 'numbers.test.de').read().splitlines())
-  kept = f'kept all {test_lines} pairs, 1 of them with an empty side and 1'
-  assert any(kept in message for message in log), log
+  dev_lines = len(open(corpus / 'numbers.dev.de').read().splitlines())
+  for kept in (
+      f'kept all {test_lines} pairs, 1 of them with an empty side and 1',
+      f'kept all {dev_lines} pairs, 0 of them with an empty side and 1',
+  ):
+    assert any(kept in message for message in log), log
   with open(os.path.join(workdir, 'eval_results.json')) as f:
     assert json.load(f)['num_sentences'] == test_lines
   with open(os.path.join(workdir, 'eval_hypotheses.txt')) as f:

@@ -389,3 +389,18 @@ def test_an_empty_choice_is_spelled_out_in_the_advice():
   # nothing of the first.
   with pytest.raises(errors.ConfigError, match="use one of '', pharaoh"):
     errors.one_of('', 'pharaoh')('decode.alignments', 'pharoah')
+
+
+def test_the_eta_averages_everything_after_the_first_log_line():
+  now = [0.0]
+  eta = progress_lib.Eta(1000, clock=lambda: now[0])
+  now[0] = 60.0  # step 50: a window that compiled (1.2 s/step)
+  assert eta.seconds_left(50, 1.2) == pytest.approx(950 * 1.2)
+  now[0] = 65.0  # step 100: 0.1 s/step
+  assert eta.seconds_left(100, 0.1) == pytest.approx(900 * 0.1)
+  now[0] = 95.0  # step 150, after a 25 s validation: 35 s for 100 steps
+  assert eta.seconds_left(150, 0.1) == pytest.approx(850 * 0.35)
+  now[0] = 100.0  # step 200: (100 - 60) / 150 steps; the window said 0.1
+  assert eta.seconds_left(200, 0.1) == pytest.approx(800 * 40 / 150)
+  now[0] = 110.0
+  assert eta.seconds_left(1000, 0.1) == 0.0

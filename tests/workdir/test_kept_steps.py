@@ -1,0 +1,98 @@
+"""train.keep_every keeps a learning curve's steps; decode.step reads one.
+
+The reference for a kept step is a second run trained only that far: the
+same seed and batches, so the same parameters and the same scores.
+"""
+
+import json
+import os
+
+import pytest
+
+from nmt_jax import inference
+from nmt_jax import train
+from nmt_jax.config import validation
+from nmt_jax.system import errors
+from nmt_jax.workdir import checkpoint
+from tests.commands import QUICK
+from tests.commands import cli_config
+
+pytestmark = pytest.mark.slow
+
+RUN = [
+    '--config=configs/global_general.py:tiny',
+    *QUICK,
+    '--config.train.checkpoint_every=2',
+    '--config.train.eval_every=6',
+    '--config.train.keep_checkpoints=1',
+]
+PAIRS = [(1, 'a b c', 'c b a'), (2, 'd e', 'e d')]
+
+
+def _steps(workdir):
+  ckpts = checkpoint.Checkpoints(workdir, create=False)
+  try:
+    return sorted(ckpts.manager.all_steps())
+  finally:
+    ckpts.close()
+
+
+@pytest.fixture(scope='module')
+def runs(tmp_path_factory):
+  """(6 steps keeping every 4th, the same run stopped at step 4)."""
+  root = tmp_path_factory.mktemp('kept')
+  long_run, short_run = str(root / 'six'), str(root / 'four')
+  train.train_and_evaluate(
+      cli_config(
+          *RUN,
+          '--config.train.num_steps=6',
+          '--config.train.keep_every=4',
+      ),
+      long_run,
+  )
+  train.train_and_evaluate(
+      cli_config(*RUN, '--config.train.num_steps=4'), short_run
+  )
+  return long_run, short_run
+
+
+def test_keep_every_keeps_its_multiples_beside_the_newest(runs):
+  long_run, short_run = runs
+  assert _steps(long_run) == [4, 6]  # step 2: neither newest nor kept
+  assert _steps(short_run) == [4]
+
+
+def test_a_named_step_scores_as_the_run_that_stopped_there(runs):
+  long_run, short_run = runs
+  named = cli_config(*RUN, '--config.decode.step=4')
+  at_four = inference.score(named, [long_run], PAIRS)
+  assert at_four == inference.score(cli_config(*RUN), [short_run], PAIRS)
+  assert at_four != inference.score(cli_config(*RUN), [long_run], PAIRS)
+
+
+def test_eval_of_a_named_step_writes_beside_the_best_ones_results(runs):
+  long_run, _ = runs
+  with open(os.path.join(long_run, 'eval_results.json')) as f:
+    best = json.load(f)
+  inference.evaluate(cli_config(*RUN, '--config.decode.step=4'), [long_run])
+  with open(os.path.join(long_run, 'eval_step_4', 'eval_results.json')) as f:
+    assert json.load(f)['checkpoint_step'] == 4
+  with open(os.path.join(long_run, 'eval_results.json')) as f:
+    assert json.load(f) == best  # the best checkpoint's evaluation stays
+  with open(os.path.join(long_run, 'metrics.jsonl')) as f:
+    records = [json.loads(line) for line in f]
+  assert [r['step'] for r in records if r['split'] == 'eval'] == [6, 4]
+
+
+def test_a_step_not_kept_is_one_error_naming_the_kept_ones(runs):
+  long_run, _ = runs
+  with pytest.raises(errors.CheckpointError, match=r'step 2 \(kept: 4, 6\)'):
+    inference.score(
+        cli_config(*RUN, '--config.decode.step=2'), [long_run], PAIRS
+    )
+
+
+def test_keep_every_must_be_a_multiple_of_checkpoint_every():
+  config = cli_config(*RUN, '--config.train.keep_every=3')
+  with pytest.raises(errors.ConfigError, match='multiple of'):
+    validation.resolve(config)
