@@ -15,6 +15,7 @@ split, so the same image gives the same corpus). It writes
 
   DIR/corpus.train.en DIR/corpus.train.<lang> DIR/corpus.dev.* DIR/corpus.test.*
   DIR/manifest.json   catalogues, their packages and versions, the counts
+                      and each split's length statistics (whitespace words)
 
 Train on it with `--config.data.name=text:DIR/corpus` (data.source_lang=en,
 data.target_lang=<lang>); docs/data.md describes text corpora.
@@ -137,8 +138,35 @@ def build(
       'pairs': {name: len(splits[name]) for name in ('train', 'dev', 'test')},
       'split': {'dev': dev, 'test': test, 'by': 'sha256 of the English side'},
       'catalogues': catalogues,
+      'statistics': {
+          name: {
+              side: statistics(pair[i] for pair in splits[name])
+              for i, side in enumerate(('en', lang))
+          }
+          for name in ('train', 'dev', 'test')
+      },
   }
   return dict(splits), manifest
+
+
+def statistics(lines) -> Dict[str, float]:
+  """Words per line (whitespace tokens): mean, median, p95, max; types."""
+  lengths, types = [], set()
+  for line in lines:
+    words = line.split()
+    lengths.append(len(words))
+    types.update(words)
+  if not lengths:
+    return {}
+  lengths.sort()
+  return {
+      'words': sum(lengths),
+      'mean_words': round(sum(lengths) / len(lengths), 2),
+      'median_words': lengths[len(lengths) // 2],
+      'p95_words': lengths[int(0.95 * (len(lengths) - 1))],
+      'max_words': lengths[-1],
+      'distinct_words': len(types),
+  }
 
 
 def write(output: str, splits, manifest, lang: str):

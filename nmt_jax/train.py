@@ -12,7 +12,7 @@ import dataclasses
 import functools
 import math
 import os
-from typing import Any, Callable, Dict
+from typing import Any, Callable, Dict, Optional
 
 from absl import logging
 import jax
@@ -166,8 +166,10 @@ def prepare(config, workdir: str) -> dataset.Task:
   return task
 
 
-def train_and_evaluate(config, workdir: str) -> Dict[str, Any]:
-  """Trains, then evaluates the best checkpoint.
+def train_and_evaluate(
+    config, workdir: str, evaluate: bool = True
+) -> Optional[Dict[str, Any]]:
+  """Trains, then evaluates the best checkpoint (unless not `evaluate`).
 
   Training resumes from the workdir's latest checkpoint.
   """
@@ -186,14 +188,14 @@ def train_and_evaluate(config, workdir: str) -> Dict[str, Any]:
   created = folders.prepare(workdir)
   try:
     with locks.locked(workdir):
-      return _train_and_evaluate(config, workdir, mesh)
+      return _train_and_evaluate(config, workdir, mesh, evaluate)
   except BaseException:
     if created:
       folders.remove_if_empty(workdir, created)  # nothing left by a failure
     raise
 
 
-def _train_and_evaluate(config, workdir: str, mesh) -> Dict[str, Any]:
+def _train_and_evaluate(config, workdir: str, mesh, evaluate: bool):
   lead = jax.process_index() == 0
 
   if (
@@ -388,7 +390,7 @@ def _train_and_evaluate(config, workdir: str, mesh) -> Dict[str, Any]:
     finally:
       if writer is not None:
         writer.close()
-  return inference.evaluate(config, [workdir])
+  return inference.evaluate(config, [workdir]) if evaluate else None
 
 
 def _log_batch(config, batches, mesh):

@@ -80,6 +80,14 @@ def test_pairs_are_one_line_deduplicated_and_split_by_the_english(tmp_path):
   de = (out / 'corpus.train.de').read_text().splitlines()
   assert len(en) == len(de) == manifest['pairs']['train']
   assert json.loads((out / 'manifest.json').read_text())['target_lang'] == 'de'
+  assert gettext_corpus.statistics(['a b c', 'a', 'b c d e f', 'x y']) == {
+      'words': 11,
+      'mean_words': 2.75,
+      'median_words': 3,
+      'p95_words': 3,  # of 4 lines, the 3rd shortest (int(0.95 * 3) = 2)
+      'max_words': 5,
+      'distinct_words': 8,
+  }
 
 
 def test_a_language_without_catalogues_is_one_line(tmp_path, capsys):
