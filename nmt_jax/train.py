@@ -77,6 +77,15 @@ def make_mesh(config):
   mesh = parallel.make_mesh(config.parallel.mesh_shape)
   if not config.data.batch_tokens:  # else batch_sizes rounds them (below)
     parallel.check_divisible(config.train.batch_size, mesh, 'train.batch_size')
+    count, devices = config.train.accumulate_steps, mesh.devices.size
+    if config.train.batch_size // count % devices:
+      raise errors.ConfigError(
+          f'config: train.accumulate_steps={count} splits'
+          f' train.batch_size={config.train.batch_size} into micro-batches'
+          f' of {config.train.batch_size // count}, not divisible by the'
+          f' {devices} devices; use a batch_size that is a multiple of'
+          f' {count * devices}'
+      )
   if config.train.dropout_rng == 'philox2x32' and mesh.devices.size > 1:
     # XLA cannot lower Philox's mulhi in a step sharded over devices.
     raise errors.ConfigError(

@@ -2,6 +2,7 @@
 
   python tests/parallel_worker.py OUT.npz --mode=jit|pmap --steps=4
       [--save_at=2 --save_dir=DIR] [--restore_dir=DIR]
+      [--batch_size=N] [--accumulate=N]
 
 Writes the losses and the final parameters to OUT.npz. The config is the
 'tiny' preset with dropout on (jit must match across device counts with it)
@@ -33,12 +34,17 @@ def main():
   parser.add_argument('--save_dir')
   parser.add_argument('--restore_dir')
   parser.add_argument('--no_dropout', action='store_true')
+  parser.add_argument('--batch_size', type=int, default=0)
+  parser.add_argument('--accumulate', type=int, default=1)
   args = parser.parse_args()
 
   config = defaults.get_config('tiny')
   config.parallel.mode = args.mode
   config.model.dropout = 0.0 if args.no_dropout else 0.2
-  setup = train.build(validation.resolve(config))
+  config.train.batch_size = args.batch_size or config.train.batch_size
+  config.train.accumulate_steps = args.accumulate
+  config = validation.resolve(config)
+  setup = train.build(config)
   runner = parallel.data_parallel_step(
       setup.step_fn(), config.parallel.mode, setup.mesh
   )

@@ -274,6 +274,10 @@ def test_checkpoint_of_another_config_is_refused(trained, tmp_path):
           '--config.train.plateau_decay=0.5',
           ['opt_state/', 'train.plateau_decay must be as'],
       ),
+      (
+          '--config.train.weight_decay=0.01',
+          ['opt_state/', 'train.weight_decay'],
+      ),
   ]:
     config = cli_config(f'--config={CONFIG}', override)
     with pytest.raises(errors.CheckpointError) as error:

@@ -189,9 +189,17 @@ def get_config(arg=None):
   config.train = ml_collections.ConfigDict()
   config.train.num_steps = 2_000
   config.train.batch_size = 64
+  # Gradient accumulation: each batch's gradient is summed over this many
+  # micro-batches of batch_size / N sentences, computed one after another
+  # (activations of one micro-batch in memory at a time); the update is the
+  # whole batch's. batch_size stays the batch an update sees.
+  config.train.accumulate_steps = 1
   # 'adam' or 'sgd' (plain SGD, as Luong et al. 2015; the luong_sgd preset).
   config.train.optimizer = 'adam'
   config.train.learning_rate = 3e-3
+  # Adam's decoupled weight decay (AdamW): every parameter shrinks by
+  # learning_rate * weight_decay per step. 0 = plain Adam.
+  config.train.weight_decay = 0.0
   # 'constant', 'halve' (halve every epoch from epoch halve_from_epoch, as Shu)
   # or 'warmup_rsqrt' (linear warmup, then lr * sqrt(warmup / step)).
   config.train.schedule = 'constant'

@@ -22,6 +22,7 @@ POSITIVE = (
     'model.scan_unroll',
     'train.num_steps',
     'train.batch_size',
+    'train.accumulate_steps',
     'train.learning_rate',
     'train.log_every',
     'train.eval_every',
@@ -52,6 +53,7 @@ POSITIVE = (
 NON_NEGATIVE = (
     'train.clip_norm',
     'train.label_smoothing',
+    'train.weight_decay',
     'train.beta',
     'train.num_epochs',
     'train.divergence_factor',
@@ -139,9 +141,17 @@ def validate(config):
         'needs parallel.mode=jit (jax.pmap takes no compiler options)',
         "set --config.parallel.mode=jit, or --config.compiler_options=''",
     )
+  t = config.train
+  if not config.data.batch_tokens and t.batch_size % t.accumulate_steps:
+    raise errors.config_error(
+        'train.accumulate_steps',
+        t.accumulate_steps,
+        f'does not divide train.batch_size={t.batch_size} into'
+        ' micro-batches of equal size',
+        'use a divisor of train.batch_size',
+    )
   if config.decode.step is not None:
     errors.non_negative('decode.step', config.decode.step)
-  t = config.train
   if t.keep_every and t.keep_every % t.checkpoint_every:
     raise errors.config_error(
         'train.keep_every',
@@ -172,6 +182,14 @@ def validate(config):
         "rewards flexible attention's g(t), but kind is "
         f'{config.model.attention.kind!r}',
         'set --config.train.beta=0',
+    )
+  if config.train.weight_decay and config.train.optimizer != 'adam':
+    raise errors.config_error(
+        'train.weight_decay',
+        config.train.weight_decay,
+        "is AdamW's decoupled decay, but train.optimizer is"
+        f' {config.train.optimizer!r}',
+        'set --config.train.optimizer=adam, or train.weight_decay=0',
     )
   if config.train.label_smoothing >= 1:
     raise errors.config_error(

@@ -257,11 +257,12 @@ def training_batch_sizes(config, devices: int = 1, lengths=None):
     boundaries = fitted_boundaries(lengths, longest, count)
   else:
     boundaries = bucket_boundaries(longest, count)
+  # Each device's rows split into train.accumulate_steps micro-batches.
   sizes = batch_sizes(
       boundaries,
       config.train.batch_size,
       config.data.batch_tokens,
-      devices,
+      devices * config.train.accumulate_steps,
   )
   return boundaries, sizes
 

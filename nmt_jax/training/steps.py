@@ -52,8 +52,9 @@ def learning_rate_fn(train_config, steps_per_epoch: int):
 
 
 def create_optimizer(train_config, steps_per_epoch: int):
-  """Adam or SGD after global-norm clipping -> (optimizer, schedule).
+  """Adam (AdamW with train.weight_decay) or SGD after global-norm clipping.
 
+  -> (optimizer, schedule).
   With train.plateau_decay a last `scale` stage holds the plateau factor in
   the optimizer state (set_plateau_scale), so checkpoints carry it.
   """
@@ -63,6 +64,10 @@ def create_optimizer(train_config, steps_per_epoch: int):
     parts.append(optax.clip_by_global_norm(train_config.clip_norm))
   if train_config.optimizer == 'sgd':
     parts.append(optax.sgd(schedule))
+  elif train_config.weight_decay:
+    # Decoupled weight decay (Loshchilov & Hutter's AdamW): params shrink by
+    # learning_rate * weight_decay each step, outside Adam's scaling.
+    parts.append(optax.adamw(schedule, weight_decay=train_config.weight_decay))
   else:
     parts.append(optax.adam(schedule))
   if train_config.plateau_decay:
@@ -179,6 +184,20 @@ def strength_reward(strength, mask, normalization: str):
   return jnp.sum(jnp.sum(strength, axis=1) / steps)
 
 
+def micro_batches(batch, count: int):
+  """A batch [B, ...] as `count` micro-batches [count, B / count, ...].
+
+  Micro-batch i holds rows i, i + count, ...: a batch sharded over devices
+  in contiguous blocks of rows gives each device its share of every one.
+  """
+  return jax.tree_util.tree_map(
+      lambda x: x.reshape(x.shape[0] // count, count, *x.shape[1:]).swapaxes(
+          0, 1
+      ),
+      batch,
+  )
+
+
 def train_step(
     state: TrainState, batch, *, model, optimizer, config, axis_name=None
 ):
@@ -187,7 +206,10 @@ def train_step(
   Returns (state, metric sums). Under pmap, `axis_name` names the device
   axis: each device holds B / devices rows, and token counts and gradients
   are summed over devices, so the update equals the jit one on the whole
-  batch (dropout masks are drawn per device).
+  batch (dropout masks are drawn per device). With train.accumulate_steps =
+  N the batch's gradient is summed over N micro-batches of B / N rows, one
+  after another (activations of one micro-batch at a time): the same update
+  (dropout masks aside), the loss normalised by the whole batch's tokens.
   """
   seed = jax.random.key(config.seed, impl=config.train.dropout_rng)
   dropout_key = jax.random.fold_in(seed, state.step)
@@ -198,7 +220,13 @@ def train_step(
   def total(x):
     return jax.lax.psum(x, axis_name) if axis_name else x
 
-  def loss_fn(params):
+  # The whole batch's target tokens (over devices): every micro-batch's loss
+  # sum is divided by it, so their gradients add up to the batch's.
+  all_tokens = jnp.maximum(
+      total(jnp.sum(batch['target_out'] != PAD).astype(jnp.float32)), 1.0
+  )
+
+  def loss_fn(params, batch, dropout_key):
     chunk = config.train.loss_chunk
     outputs, diagnostics = model.apply(
         {'params': params},
@@ -223,7 +251,6 @@ def train_step(
       loss_sum, tokens = cross_entropy(
           outputs, batch['target_out'], config.train.label_smoothing
       )
-    all_tokens = jnp.maximum(total(tokens), 1.0)
     loss = loss_sum / all_tokens
     if config.train.beta:
       reward = strength_reward(
@@ -235,7 +262,25 @@ def train_step(
     return loss, (loss_sum, tokens)
 
   grad_fn = jax.value_and_grad(loss_fn, has_aux=True)
-  (_, (loss_sum, tokens)), grads = grad_fn(state.params)
+  count = config.train.accumulate_steps
+  if count == 1:
+    (_, (loss_sum, tokens)), grads = grad_fn(state.params, batch, dropout_key)
+  else:
+
+    def accumulate(sums, xs):
+      index, micro = xs
+      key = jax.random.fold_in(dropout_key, index)
+      (_, (loss_sum, tokens)), grads = grad_fn(state.params, micro, key)
+      add = lambda a, b: jax.tree_util.tree_map(jnp.add, a, b)
+      return add(sums, (grads, loss_sum, tokens)), None
+
+    zero = jnp.zeros((), jnp.float32)
+    start = (jax.tree_util.tree_map(jnp.zeros_like, state.params), zero, zero)
+    (grads, loss_sum, tokens), _ = jax.lax.scan(
+        accumulate,
+        start,
+        (jnp.arange(count), micro_batches(batch, count)),
+    )
   grads, loss_sum, tokens = total(grads), total(loss_sum), total(tokens)
   updates, opt_state = optimizer.update(grads, state.opt_state, state.params)
   state = TrainState(

@@ -235,8 +235,9 @@ class Checkpoints:
       if stored.get(name) != wanted.get(name):
         # The model fields are checked before (run_config.check_identity).
         which = (
-            ' (the optimizer state: train.optimizer, train.clip_norm and'
-            ' train.plateau_decay must be as the run was started with)'
+            ' (the optimizer state: train.optimizer, train.weight_decay,'
+            ' train.clip_norm and train.plateau_decay must be as the run was'
+            ' started with)'
             if name.startswith('opt_state')
             else ''
         )

@@ -88,6 +88,17 @@ def runs(tmp_path_factory):
           # batch.
           'jit': ['--mode=jit', '--no_dropout'],
           'pmap': ['--mode=pmap', '--no_dropout'],
+          # Two micro-batches of 8 rows (one per device) a step.
+          'batch16': ['--no_dropout', '--batch_size=16'],
+          **{
+              f'accumulated_{mode}': [
+                  f'--mode={mode}',
+                  '--no_dropout',
+                  '--batch_size=16',
+                  '--accumulate=2',
+              ]
+              for mode in ('jit', 'pmap')
+          },
       },
   )
   done |= run_workers(tmp, 1, {'from_eight': [f'--restore_dir={tmp}/ckpt8']})
@@ -104,6 +115,11 @@ def test_eight_devices_equal_one(runs):
 
 def test_pmap_equals_jit(runs):
   assert_same(runs['jit'], runs['pmap'])
+
+
+@pytest.mark.parametrize('mode', ['jit', 'pmap'])
+def test_accumulated_micro_batches_make_the_big_batchs_update(runs, mode):
+  assert_same(runs['batch16'], runs[f'accumulated_{mode}'])
 
 
 def test_checkpoint_moves_between_device_counts(runs):

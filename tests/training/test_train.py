@@ -107,6 +107,9 @@ def test_warmup_rsqrt_schedule():
         ('model.dropout', 1.0, 'must be below 1'),
         ('train.dropout_rng', 'mt19937', 'train.dropout_rng'),
         ('train.halve_from_epoch', 0, 'train.halve_from_epoch=0 must be > 0'),
+        ('train.accumulate_steps', 3, 'does not divide train.batch_size=8'),
+        ('train.accumulate_steps', 0, 'must be > 0'),
+        ('train.weight_decay', -0.1, 'must be >= 0'),
     ],
 )
 def test_validate_rejects_bad_values(field, value, message):
@@ -328,6 +331,68 @@ def test_a_train_step_with_a_chunked_loss_is_the_same_step(dropout):
       jax.tree_util.tree_leaves(whole.params),
   ):
     np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-6)
+
+
+@pytest.mark.parametrize('loss_chunk', [0, 3])
+def test_accumulated_micro_batches_make_the_big_batchs_update(loss_chunk):
+  """4 micro-batches of 2 rows: the 8-row batch's loss, gradient, update."""
+  config = helpers.tiny_config('global', 'general')
+  config.train.loss_chunk = loss_chunk
+  setup = train.build(config)
+  batch = setup.batches.batch(0)
+  assert len(batch['source']) == 8
+  results = []
+  for count in (1, 4):
+    cfg = setup.config.copy_and_resolve_references()
+    cfg.train.accumulate_steps = count
+    step = jax.jit(
+        functools.partial(
+            steps.train_step,
+            model=setup.model,
+            optimizer=setup.optimizer,
+            config=cfg,
+        )
+    )
+    results.append(step(setup.state, batch))
+  (whole, whole_metrics), (accumulated, accumulated_metrics) = results
+  for key in ('loss_sum', 'tokens', 'grad_norm'):
+    np.testing.assert_allclose(
+        accumulated_metrics[key], whole_metrics[key], rtol=1e-5
+    )
+  for a, b in zip(
+      jax.tree_util.tree_leaves(accumulated.params),
+      jax.tree_util.tree_leaves(whole.params),
+  ):
+    np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-6)
+  moved = [
+      float(np.max(np.abs(a - b)))
+      for a, b in zip(
+          jax.tree_util.tree_leaves(whole.params),
+          jax.tree_util.tree_leaves(setup.state.params),
+      )
+  ]
+  assert max(moved) > 1e-3  # the step did update
+
+
+def test_adamw_decays_the_weights_outside_adams_scaling():
+  config = defaults.get_config('tiny')
+  config.train.clip_norm = 0.0
+  config.train.learning_rate, config.train.weight_decay = 0.1, 0.5
+  optimizer, _ = steps.create_optimizer(config.train, steps_per_epoch=10)
+  params = {'w': np.array([1.0, -2.0, 3.0], np.float32)}
+  grads = {'w': np.array([0.5, 0.0, -4.0], np.float32)}
+  updates, _ = optimizer.update(grads, optimizer.init(params), params)
+  # Step 1: Adam's bias-corrected m / sqrt(v) is g / |g| (eps 1e-8).
+  g, w = grads['w'], params['w']
+  expected = -0.1 * (g / (np.abs(g) + 1e-8) + 0.5 * w)
+  np.testing.assert_allclose(updates['w'], expected, rtol=1e-4)
+
+
+def test_micro_batches_interleave_the_rows():
+  batch = {'source': np.arange(12).reshape(6, 2)}
+  micro = steps.micro_batches(batch, 3)['source']
+  assert micro.shape == (3, 2, 2)
+  np.testing.assert_array_equal(micro[1], [[2, 3], [8, 9]])  # rows 1 and 4
 
 
 def test_dropout_masks_come_from_the_configured_generator():
