@@ -191,6 +191,8 @@ def average_checkpoints(
   finally:
     source.close()
   state = dict(states[-1], params=mean_tree([s['params'] for s in states]))
+  if states[-1].get('ema_params'):  # train.ema_decay: its averages averaged
+    state['ema_params'] = mean_tree([s['ema_params'] for s in states])
   meta = {k: v for k, v in meta.items() if k != 'checksums'}
   meta.update(validation={}, averaged_from=os.path.abspath(workdir))
   meta['averaged_steps'] = steps

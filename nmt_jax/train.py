@@ -261,7 +261,11 @@ def _train_and_evaluate(config, workdir: str, mesh, evaluate: bool):
           t.init_from, config, checkpoint.abstract(state.params), mesh, task
       )
       opt_state = jax.jit(setup.optimizer.init)(params)
-      state = state.replace(params=params, opt_state=opt_state)
+      state = state.replace(
+          params=params,
+          opt_state=opt_state,
+          ema_params=None if state.ema_params is None else params,
+      )
       logging.info('initialised from %s (step %d)', t.init_from, from_step)
     if lead:
       run_config.write_config(workdir, config)
@@ -341,7 +345,7 @@ def _train_and_evaluate(config, workdir: str, mesh, evaluate: bool):
       progress.pause()  # validation and saving are not training time
       result = None
       if validate:
-        params = train_step.to_global(state).params
+        params = steps.eval_params(train_step.to_global(state))
         result, hypotheses = evaluator.evaluate(
             params, task.eval, t.eval_beam_size, limit=t.eval_num_sentences
         )

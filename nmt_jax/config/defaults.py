@@ -200,6 +200,11 @@ def get_config(arg=None):
   # Adam's decoupled weight decay (AdamW): every parameter shrinks by
   # learning_rate * weight_decay per step. 0 = plain Adam.
   config.train.weight_decay = 0.0
+  # Keep an exponential moving average of the parameters, ema = d * ema +
+  # (1 - d) * params after every update; validation, eval, translate, score
+  # and averaging then read it (training goes on from the raw parameters).
+  # 0 = off; e.g. 0.999.
+  config.train.ema_decay = 0.0
   # 'constant', 'halve' (halve every epoch from epoch halve_from_epoch, as Shu)
   # or 'warmup_rsqrt' (linear warmup, then lr * sqrt(warmup / step)).
   config.train.schedule = 'constant'

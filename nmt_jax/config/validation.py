@@ -54,6 +54,7 @@ NON_NEGATIVE = (
     'train.clip_norm',
     'train.label_smoothing',
     'train.weight_decay',
+    'train.ema_decay',
     'train.beta',
     'train.num_epochs',
     'train.divergence_factor',
@@ -182,6 +183,13 @@ def validate(config):
         "rewards flexible attention's g(t), but kind is "
         f'{config.model.attention.kind!r}',
         'set --config.train.beta=0',
+    )
+  if config.train.ema_decay >= 1:
+    raise errors.config_error(
+        'train.ema_decay',
+        config.train.ema_decay,
+        'must be below 1 (the average would never move)',
+        'use e.g. 0.999, or 0 for none',
     )
   if config.train.weight_decay and config.train.optimizer != 'adam':
     raise errors.config_error(

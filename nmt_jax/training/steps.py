@@ -24,6 +24,14 @@ class TrainState:
   step: jax.Array  # int32 scalar: number of updates applied
   params: Any
   opt_state: Any
+  # train.ema_decay: the exponential moving average of `params`, which
+  # validation, evaluation and translation read (None: not kept).
+  ema_params: Any = None
+
+
+def eval_params(state: TrainState):
+  """The parameters a validation decodes with: the EMA when kept."""
+  return state.params if state.ema_params is None else state.ema_params
 
 
 def learning_rate_fn(train_config, steps_per_epoch: int):
@@ -107,7 +115,10 @@ def init_state(config, model, optimizer, sharding, sample_batch) -> TrainState:
         'params'
     ]
     return TrainState(
-        step=jnp.int32(0), params=params, opt_state=optimizer.init(params)
+        step=jnp.int32(0),
+        params=params,
+        opt_state=optimizer.init(params),
+        ema_params=params if config.train.ema_decay else None,
     )
 
   return jax.jit(init, out_shardings=sharding)(jax.random.key(config.seed))
@@ -283,10 +294,18 @@ def train_step(
     )
   grads, loss_sum, tokens = total(grads), total(loss_sum), total(tokens)
   updates, opt_state = optimizer.update(grads, state.opt_state, state.params)
+  params = optax.apply_updates(state.params, updates)
+  ema_params = state.ema_params
+  if ema_params is not None:
+    decay = config.train.ema_decay
+    ema_params = jax.tree_util.tree_map(
+        lambda e, p: decay * e + (1.0 - decay) * p, ema_params, params
+    )
   state = TrainState(
       step=state.step + 1,
-      params=optax.apply_updates(state.params, updates),
+      params=params,
       opt_state=opt_state,
+      ema_params=ema_params,
   )
   metrics = {
       'loss_sum': loss_sum,

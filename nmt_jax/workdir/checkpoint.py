@@ -298,15 +298,17 @@ class Checkpoints:
   def restore_params(
       self, step: int, abstract_params, sharding, what: str = 'this config'
   ) -> Tuple[Any, Dict[str, Any]]:
-    """(params, meta) of `step`, checked against abstract_params.
+    """(params, meta) of `step` (its EMA when kept), checked.
 
+    Checked against abstract_params.
     The params are placed with `sharding` (see restore_tree). Raises as
     `restore`.
     """
     with integrity.reading():
       self.check_compatible(step, abstract_params, what, subtree='params')
     state, meta = self.restore_tree(step, sharding)
-    return state['params'], meta
+    # A run with train.ema_decay is evaluated with the average it kept.
+    return state.get('ema_params') or state['params'], meta
 
   def first_good(
       self,

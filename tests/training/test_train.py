@@ -110,6 +110,7 @@ def test_warmup_rsqrt_schedule():
         ('train.accumulate_steps', 3, 'does not divide train.batch_size=8'),
         ('train.accumulate_steps', 0, 'must be > 0'),
         ('train.weight_decay', -0.1, 'must be >= 0'),
+        ('train.ema_decay', 1.0, 'must be below 1'),
     ],
 )
 def test_validate_rejects_bad_values(field, value, message):
@@ -386,6 +387,36 @@ def test_adamw_decays_the_weights_outside_adams_scaling():
   g, w = grads['w'], params['w']
   expected = -0.1 * (g / (np.abs(g) + 1e-8) + 0.5 * w)
   np.testing.assert_allclose(updates['w'], expected, rtol=1e-4)
+
+
+def test_the_ema_follows_its_recurrence_from_the_initial_parameters():
+  config = helpers.tiny_config('global', 'general')
+  config.train.ema_decay = 0.75
+  setup = train.build(config)
+  step = jax.jit(
+      functools.partial(
+          steps.train_step,
+          model=setup.model,
+          optimizer=setup.optimizer,
+          config=setup.config,
+      )
+  )
+  leaves = lambda tree: [np.asarray(x) for x in jax.tree_util.tree_leaves(tree)]
+  state = setup.state
+  expected = leaves(state.params)  # the average starts at the parameters
+  for got, want in zip(leaves(state.ema_params), expected):
+    np.testing.assert_array_equal(got, want)
+  for i in range(3):
+    state, _ = step(state, setup.batches.batch(i))
+    params = leaves(state.params)
+    expected = [0.75 * e + 0.25 * p for e, p in zip(expected, params)]
+  for got, want in zip(leaves(state.ema_params), expected):
+    np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-7)
+  assert any(not np.allclose(e, p) for e, p in zip(expected, params))
+  assert steps.eval_params(state) is state.ema_params
+  assert helpers.tiny_config('global', 'general').train.ema_decay == 0
+  plain = train.build(helpers.tiny_config('global', 'general')).state
+  assert plain.ema_params is None and steps.eval_params(plain) is plain.params
 
 
 def test_micro_batches_interleave_the_rows():

@@ -1,14 +1,18 @@
-"""train.keep_every keeps a learning curve's steps; decode.step reads one.
+"""Which parameters eval reads: a kept step (decode.step), the EMA.
 
 The reference for a kept step is a second run trained only that far: the
-same seed and batches, so the same parameters and the same scores.
+same seed and batches, so the same parameters and the same scores. For
+train.ema_decay, the arrays the checkpoint holds.
 """
 
 import json
 import os
 
+import jax
+import numpy as np
 import pytest
 
+from nmt_jax import average
 from nmt_jax import inference
 from nmt_jax import train
 from nmt_jax.config import validation
@@ -16,6 +20,7 @@ from nmt_jax.system import errors
 from nmt_jax.workdir import checkpoint
 from tests.commands import QUICK
 from tests.commands import cli_config
+from tests.commands import final_params
 
 pytestmark = pytest.mark.slow
 
@@ -96,3 +101,43 @@ def test_keep_every_must_be_a_multiple_of_checkpoint_every():
   config = cli_config(*RUN, '--config.train.keep_every=3')
   with pytest.raises(errors.ConfigError, match='multiple of'):
     validation.resolve(config)
+
+
+def test_eval_and_averaging_read_the_ema_of_a_run_that_kept_one(tmp_path):
+  workdir, averaged = str(tmp_path / 'ema'), str(tmp_path / 'avg')
+  config = cli_config(
+      *RUN,
+      '--config.train.num_steps=4',
+      '--config.train.keep_checkpoints=2',
+      '--config.train.ema_decay=0.5',
+  )
+  train.train_and_evaluate(config, workdir, evaluate=False)
+  stored = {step: final_params(workdir, step) for step in (2, 4)}
+  ema, raw = "['ema_params']", "['params']"
+  averages = {
+      k[len(ema) :]: v for k, v in stored[4].items() if k.startswith(ema)
+  }
+  assert averages and any(
+      not np.array_equal(v, stored[4][raw + k]) for k, v in averages.items()
+  )
+  ckpts = checkpoint.Checkpoints(workdir, create=False)
+  try:
+    read, _ = ckpts.restore_params(
+        4,
+        ckpts.manager.item_metadata(4)['state']['params'],
+        jax.sharding.SingleDeviceSharding(jax.devices()[0]),
+    )
+  finally:
+    ckpts.close()
+  flat = jax.tree_util.tree_flatten_with_path(read)[0]
+  assert len(flat) == len(averages)
+  for path, value in flat:
+    np.testing.assert_array_equal(value, averages[jax.tree_util.keystr(path)])
+  # Averaging two checkpoints averages their EMAs (in float64).
+  average.average_checkpoints(workdir, averaged, last=2)
+  mean = final_params(averaged, 4)
+  for key in averages:
+    expected = (
+        stored[4][ema + key].astype(np.float64) + stored[2][ema + key]
+    ) / 2
+    np.testing.assert_allclose(mean[ema + key], expected, rtol=1e-6)
