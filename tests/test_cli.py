@@ -278,6 +278,7 @@ def test_checkpoint_of_another_config_is_refused(trained, tmp_path):
           '--config.train.weight_decay=0.01',
           ['opt_state/', 'train.weight_decay'],
       ),
+      ('--config.train.ema_decay=0.9', ['ema_params/', 'train.ema_decay']),
   ]:
     config = cli_config(f'--config={CONFIG}', override)
     with pytest.raises(errors.CheckpointError) as error:

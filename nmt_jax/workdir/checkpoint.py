@@ -239,6 +239,8 @@ class Checkpoints:
             ' train.clip_norm and train.plateau_decay must be as the run was'
             ' started with)'
             if name.startswith('opt_state')
+            else ' (train.ema_decay: on or off as the run was started with)'
+            if name.startswith('ema_params')
             else ''
         )
         raise CheckpointError(
