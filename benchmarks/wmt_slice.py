@@ -19,6 +19,7 @@ from the training text), `encode` (encoding and the cache), `train` (with
 compilation) and `eval` (decoding and scoring, with compilation).
 """
 
+import argparse
 import json
 import os
 import subprocess
@@ -26,39 +27,12 @@ import sys
 import time
 from typing import Any, Dict, List
 
-from absl import app
-from absl import flags
 from tabulate import tabulate
 
 from benchmarks import data_speed
-from nmt_jax.config import cli_flags
 from nmt_jax.config import defaults
 from nmt_jax.workdir import library_logs
 from nmt_jax.workdir import writers
-
-_PRESET = flags.DEFINE_enum(
-    'preset', 'wmt17_de_en', ['wmt17_de_en', 'shu_de_en'], 'The WMT preset.'
-)
-_PAIRS = flags.DEFINE_integer(
-    'pairs', 200_000, 'Training pairs of the slice.', lower_bound=100
-)
-_EVAL_PAIRS = flags.DEFINE_integer(
-    'eval_pairs', 200, 'Pairs of the validation and test slices.', lower_bound=1
-)
-_STEPS = flags.DEFINE_integer(
-    'steps', 20, 'Training steps of the preset model.', lower_bound=1
-)
-_OUTPUT = flags.DEFINE_string(
-    'output', None, 'Folder for the corpus, the workdir and the stage logs.'
-)
-_JSON = flags.DEFINE_string('json', None, 'Write the results here.')
-_STAGE = flags.DEFINE_enum(
-    'stage',
-    None,
-    ['vocab', 'encode', 'train', 'eval'],
-    'Internal: run one stage in this process.',
-)
-flags.mark_flag_as_required('output')
 
 STAGES = ('vocab', 'encode', 'train', 'eval')
 SPLIT_FILES = {'train': 'train', 'validation': 'dev', 'test': 'test'}
@@ -85,7 +59,7 @@ def write_corpus(config, output: str, pairs: int, eval_pairs: int):
     with open(f'{prefix}.dev.{lang}', encoding='utf-8') as f:
       lines = f.read().splitlines()
     if len(lines) < 2 * eval_pairs:
-      raise app.UsageError(
+      raise ValueError(
           f'--eval_pairs={eval_pairs} needs {2 * eval_pairs} dev lines;'
           f' the corpus has {len(lines)}: lower --eval_pairs'
       )
@@ -173,24 +147,58 @@ def measure(stage: str, argv: List[str], log: str) -> Dict[str, Any]:
   }
 
 
-def main(argv):
-  library_logs.install()
-  if len(argv) > 1:
-    raise app.UsageError(f'unexpected arguments: {" ".join(argv[1:])}')
-  preset, output, steps = _PRESET.value, _OUTPUT.value, _STEPS.value
-  if _STAGE.value:
-    run_stage(_STAGE.value, preset, output, steps)
-    return
-  if _JSON.value:
-    writers.check_writable(_JSON.value, 'json')
-  if os.path.exists(os.path.join(output, 'workdir')):
-    raise app.UsageError(
-        f'--output={output} holds a workdir of an earlier run; give an empty'
-        ' folder'
+def parse_args(argv=None):
+  parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+  parser.add_argument(
+      '--preset', default='wmt17_de_en', choices=['wmt17_de_en', 'shu_de_en']
+  )
+  parser.add_argument(
+      '--pairs', type=int, default=200_000, help='training pairs of the slice'
+  )
+  parser.add_argument(
+      '--eval_pairs',
+      type=int,
+      default=200,
+      help='pairs of the validation and test slices',
+  )
+  parser.add_argument(
+      '--steps', type=int, default=20, help='training steps of the model'
+  )
+  parser.add_argument(
+      '--output',
+      required=True,
+      help='folder for the corpus, the workdir and the stage logs',
+  )
+  parser.add_argument('--json', help='write the results here')
+  # Internal: run one stage in this process.
+  parser.add_argument('--stage', choices=STAGES, help=argparse.SUPPRESS)
+  args = parser.parse_args(argv)
+  if args.pairs < 100 or args.eval_pairs < 1 or args.steps < 1:
+    parser.error('--pairs >= 100, --eval_pairs >= 1 and --steps >= 1')
+  if not args.stage and os.path.exists(os.path.join(args.output, 'workdir')):
+    parser.error(
+        f'--output={args.output} holds a workdir of an earlier run; give an'
+        ' empty folder'
     )
+  return args
+
+
+def main(argv=None):
+  args = parse_args(argv)
+  library_logs.install()
+  preset, output, steps = args.preset, args.output, args.steps
+  if args.stage:
+    run_stage(args.stage, preset, output, steps)
+    return 0
+  if args.json:
+    writers.check_writable(args.json, 'json')
   config = stage_config(preset, steps)
   start = time.perf_counter()
-  write_corpus(config, output, _PAIRS.value, _EVAL_PAIRS.value)
+  try:
+    write_corpus(config, output, args.pairs, args.eval_pairs)
+  except ValueError as e:
+    print(f'error: {e}', file=sys.stderr)
+    return 2
   corpus_s = time.perf_counter() - start
   child_argv = [
       f'--preset={preset}',
@@ -208,8 +216,8 @@ def main(argv):
   vocab_dir = os.path.join(output, 'workdir', 'vocab')
   result = {
       'preset': preset,
-      'corpus': f'synthetic WMT-shaped, {_PAIRS.value:,} training pairs',
-      'eval_pairs': _EVAL_PAIRS.value,
+      'corpus': f'synthetic WMT-shaped, {args.pairs:,} training pairs',
+      'eval_pairs': args.eval_pairs,
       'vocabulary': config.data.vocab.to_dict(),
       'vocab_files': sorted(
           f for f in os.listdir(vocab_dir) if not f.endswith('.json')
@@ -248,9 +256,10 @@ def main(argv):
           tablefmt='github',
       )
   )
-  if _JSON.value:
-    writers.write_json(_JSON.value, result)
+  if args.json:
+    writers.write_json(args.json, result)
+  return 0
 
 
 if __name__ == '__main__':
-  app.run(main, flags_parser=cli_flags.parse_flags)
+  sys.exit(main())
