@@ -117,8 +117,10 @@ _SYNTHETIC = flags.DEFINE_integer(
 _DATA_WORKDIR = flags.DEFINE_string(
     'data_workdir',
     None,
-    "data: workdir holding the corpus's vocabularies "
-    '(real corpora; default: a temporary one).',
+    "workdir holding a real corpus's vocabularies: data copies them"
+    ' (default: a temporary one); train, decode and ops read them and the'
+    ' encoded cache there (built if missing), as a text or TFDS corpus'
+    ' needs.',
 )
 _SENTENCES_PER_BATCH = flags.DEFINE_integer(
     'sentences_per_batch',
@@ -228,12 +230,16 @@ def run(command: str) -> Dict[str, Any]:
   if command == 'train':
     if compare is None:
       result['this'] = train_speed.bench_train(
-          config, _STEPS.value, _REPEATS.value
+          config, _STEPS.value, _REPEATS.value, _DATA_WORKDIR.value
       )
     else:
       result.update(
           train_speed.bench_train(
-              config, _STEPS.value, _REPEATS.value, compare=compare
+              config,
+              _STEPS.value,
+              _REPEATS.value,
+              _DATA_WORKDIR.value,
+              compare=compare,
           )
       )
       result['compare_config'] = describe(compare)
@@ -252,7 +258,9 @@ def run(command: str) -> Dict[str, Any]:
     )
   elif command == 'ops':
     if _TRACE.value == 'train':
-      result['this'] = op_times.bench_ops(config, _STEPS.value, _TOP.value)
+      result['this'] = op_times.bench_ops(
+          config, _STEPS.value, _TOP.value, _DATA_WORKDIR.value
+      )
     else:
       result['this'] = op_times.bench_decode_ops(
           config,
@@ -260,6 +268,7 @@ def run(command: str) -> Dict[str, Any]:
           _STEPS.value,
           _TOP.value,
           _SENTENCES_PER_BATCH.value,
+          _DATA_WORKDIR.value,
       )
   elif command == 'data':
     result['this'] = data_speed.bench_data(
@@ -279,6 +288,7 @@ def run(command: str) -> Dict[str, Any]:
             _REPEATS.value,
             _NUM_SENTENCES.value,
             _SENTENCES_PER_BATCH.value,
+            _DATA_WORKDIR.value,
         )
     )
     if compare is not None:

@@ -58,6 +58,7 @@ class DecodeBench:
       workdir: Optional[str],
       num_sentences: Optional[int],
       sentences_per_batch: Optional[int] = None,
+      data_workdir: Optional[str] = None,
   ):
     if sentences_per_batch is not None and sentences_per_batch < 1:
       raise errors.ConfigError(
@@ -71,7 +72,7 @@ class DecodeBench:
       self.weights = f'best checkpoint of {workdir}'
     else:
       config.decode.max_length_ratio, config.decode.max_length_offset = 1.0, 0
-      task = data.load_task(config.data, config.seed)
+      task = data.load_task(config.data, config.seed, data_workdir)
       model = seq2seq.create_model(config, task)
       mesh = parallel.make_mesh()
       sample = batching.dummy_batch(1, 1)
@@ -187,9 +188,10 @@ def bench_decode(
     repeats,
     num_sentences,
     sentences_per_batch=None,
+    data_workdir=None,
 ) -> Dict[str, Any]:
   """Decoding speed of `config` (and of `compare`, alternating repetitions)."""
-  batching_args = (num_sentences, sentences_per_batch)
+  batching_args = (num_sentences, sentences_per_batch, data_workdir)
   benches = {'this': DecodeBench(config, workdir, *batching_args)}
   if compare is not None:
     # The same weights on both sides: with a workdir, --compare may change

@@ -244,10 +244,12 @@ def _traced(run, hlo_text: str, num_steps: int, top: int) -> Dict[str, Any]:
   return result
 
 
-def bench_ops(config, num_steps: int, top: int = 20) -> Dict[str, Any]:
+def bench_ops(
+    config, num_steps: int, top: int = 20, workdir: Optional[str] = None
+) -> Dict[str, Any]:
   """Traced training steps of `config`'s longest bucket, op by op."""
   _check_steps(num_steps)
-  one = train_speed.TrainBench(config, num_steps)
+  one = train_speed.TrainBench(config, num_steps, workdir)
   host = longest_bucket_batches(one, num_steps)
   device = [parallel.shard_batch(b, one.setup.mesh) for b in host]
 
@@ -276,12 +278,15 @@ def bench_decode_ops(
     num_calls: int,
     top: int = 20,
     sentences_per_batch: Optional[int] = None,
+    data_workdir: Optional[str] = None,
 ) -> Dict[str, Any]:
   """Traced decoding calls (`mode` 'greedy' or 'beam') on the evaluation
   split's longest batch, op by op: random weights with EOS held back until
   the reference length, as `bench decode` times them."""
   _check_steps(num_calls)
-  one = decode_speed.DecodeBench(config, None, None, sentences_per_batch)
+  one = decode_speed.DecodeBench(
+      config, None, None, sentences_per_batch, data_workdir
+  )
   beam_size = one.beam_size(mode)
   evaluator = one.evaluator_for(beam_size)
   size = evaluator.decode_batch_size(beam_size)

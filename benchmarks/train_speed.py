@@ -254,7 +254,7 @@ def bench_train(
   """
   benches = {'this': TrainBench(config, num_steps, workdir)}
   if compare is not None:
-    benches['other'] = TrainBench(compare, num_steps)
+    benches['other'] = TrainBench(compare, num_steps, workdir)
   runs = {name: [] for name in benches}
   for _ in range(repeats):
     for name, one in benches.items():
