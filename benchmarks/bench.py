@@ -336,24 +336,16 @@ def add_peer(result: Dict[str, Any], command: str, paths):
 
 def main(argv):
   library_logs.install()
-  if len(argv) != 2 or argv[1] not in (
-      'train',
-      'decode',
-      'data',
-      'train_memory',
-      'startup',
-      'ops',
-  ):
-    raise app.UsageError(
-        'usage: python -m benchmarks.bench'
-        ' train|decode|data|train_memory|startup|ops'
-        ' --config=... [--json=PATH]'
-    )
+  cli_flags.check_command(
+      argv,
+      ('train', 'decode', 'data', 'train_memory', 'startup', 'ops'),
+      'python -m benchmarks.bench',
+  )
   # Flags a command does not read would be dropped without a word.
   if _COMPARE.present and argv[1] not in ('train', 'decode', 'train_memory'):
-    raise app.UsageError(f'bench {argv[1]} takes no --compare')
+    cli_flags.fail(f'bench {argv[1]} takes no --compare')
   if _PEER.value and argv[1] not in ('train', 'decode'):
-    raise app.UsageError(f'bench {argv[1]} takes no --peer')
+    cli_flags.fail(f'bench {argv[1]} takes no --peer')
   try:
     if _JSON.value:  # before the run, not after it
       writers.check_writable(_JSON.value, 'json')

@@ -22,6 +22,7 @@ from absl import logging
 import jax
 import numpy as np
 
+from nmt_jax.config import cli_flags
 from nmt_jax.system import errors
 from nmt_jax.system import parallel
 from nmt_jax.workdir import checkpoint
@@ -229,7 +230,10 @@ def average_checkpoints(
 def main(argv):
   library_logs.install()
   if len(argv) > 1:
-    raise app.UsageError(f'unexpected arguments: {" ".join(argv[1:])}')
+    cli_flags.fail(
+        f'unexpected arguments: {" ".join(argv[1:])}; every option is a flag,'
+        ' --name=value (--help lists them)'
+    )
   try:
     average_checkpoints(_WORKDIR.value, _OUTPUT.value, _LAST.value, _BEST.value)
   except errors.UserError as e:
@@ -239,4 +243,4 @@ def main(argv):
 
 if __name__ == '__main__':
   flags.mark_flags_as_required(['workdir', 'output'])
-  app.run(main)
+  app.run(main, flags_parser=cli_flags.parse_flags)

@@ -314,7 +314,10 @@ def _take_stdout():
 def main(argv):
   library_logs.install()
   if len(argv) > 1:
-    raise app.UsageError(f'unexpected arguments: {" ".join(argv[1:])}')
+    _fail(
+        f'unexpected arguments: {" ".join(argv[1:])}; every option is a flag,'
+        ' --name=value (--help lists them)'
+    )
   try:
     config = _CONFIG.value
     config.keys()  # config_flags defers load failures to the first access

@@ -197,6 +197,11 @@ def aggregate():
           f'--pivot/--pivot_values: {name!r} is not a column; use one '
           f'of {", ".join(known)}'
       )
+  if _ROOT.value and not os.path.isdir(_ROOT.value):
+    raise errors.ConfigError(
+        f'--root={_ROOT.value} is not a directory; give the folder that holds'
+        ' the runs (their workdirs)'
+    )
   workdirs = _WORKDIRS.value or (
       runs_lib.find_workdirs(_ROOT.value) if _ROOT.value else []
   )
@@ -253,10 +258,7 @@ COMMANDS = {'run': run_runs, 'aggregate': aggregate, 'tau': tau}
 
 def main(argv):
   library_logs.install()
-  if len(argv) != 2 or argv[1] not in COMMANDS:
-    raise app.UsageError(
-        f'give one command: {" | ".join(COMMANDS)} (see the module docstring)'
-    )
+  cli_flags.check_command(argv, COMMANDS, 'python -m nmt_jax.sweep')
   # As main: a shell script's `&` job starts with SIGINT ignored.
   signal.signal(signal.SIGINT, signal.default_int_handler)
   compile_cache.configure()  # tau sweeps decode in this process

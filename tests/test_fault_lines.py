@@ -184,6 +184,8 @@ def test_ids_outside_the_vocabulary_make_the_cache_damaged(tmp_path):
     [
         ('--config=/nonexistent.py', 'config file /nonexistent.py does not'),
         ('--threads=-3', '--threads=-3'),
+        # A traceback (the fault battery's bench.compare_missing).
+        ('--compare=/nonexistent.py', 'config file /nonexistent.py does not'),
     ],
 )
 def test_bench_flag_mistakes_are_one_line(flag, fragment):
@@ -194,3 +196,113 @@ def test_bench_flag_mistakes_are_one_line(flag, fragment):
   assert 'Traceback' not in result.stderr
   lines = result.stderr.strip().splitlines()
   assert len(lines) == 1 and fragment in lines[0], result.stderr
+
+
+# The fault battery's misleading lines (benchmarks/fault_battery.py): the
+# whole --help text before the error, two-line absl flag errors, a command
+# not named.
+@pytest.mark.parametrize(
+    'module, args, fragment',
+    [
+        (
+            'nmt_jax.main',
+            ['--config=configs/global_general.py:tiny', '--workdir=W', 'x'],
+            'unexpected arguments: x; every option is a flag',
+        ),
+        ('nmt_jax.average', ['--workdir=W', '--output=O', '--last=two'], 'two'),
+        ('nmt_jax.average', ['--workdir=W'], 'Flag --output must have'),
+        ('nmt_jax.average', ['--lst=2'], "Unknown command line flag 'lst'"),
+        ('nmt_jax.sweep', [], 'give a command: python -m nmt_jax.sweep run'),
+        ('nmt_jax.sweep', ['bogus'], "unknown command 'bogus'"),
+        (
+            'benchmarks.bench',
+            ['bogus', '--config=configs/global_general.py:tiny'],
+            "unknown command 'bogus'",
+        ),
+        (
+            'nmt_jax.sweep',
+            ['aggregate', '--root=/nonexistent'],
+            '--root=/nonexistent is not a directory',
+        ),
+    ],
+)
+def test_command_line_mistakes_are_one_line(module, args, fragment):
+  result = conftest.run_module(module, *args, check=False)
+  assert result.returncode == 2, result.stderr
+  lines = result.stderr.strip().splitlines()
+  assert len(lines) == 1 and fragment in lines[0], result.stderr
+  assert lines[0].startswith('error: ')
+
+
+@pytest.mark.parametrize(
+    'field, value, named',
+    [
+        # Named the derived decode.max_input_length before.
+        ('data.max_length', 0, 'data.max_length=0'),
+        ('data.max_length', 10**20, 'data.max_length='),
+        # Accepted before: never checked.
+        ('model.attention.max_source_length', -1, 'max_source_length=-1'),
+        ('model.attention.max_source_length', 0, 'max_source_length=0'),
+    ],
+)
+def test_a_field_is_named_before_the_fields_derived_from_it(
+    field, value, named
+):
+  config = defaults.get_config('tiny')
+  section, name = field.rsplit('.', 1)
+  node = config
+  for part in section.split('.'):
+    node = node[part]
+  node[name] = value
+  with pytest.raises(errors.ConfigError) as error:
+    validation.resolve(config)
+  _one_line(error, named)
+
+
+def test_a_zero_length_preset_is_refused_by_name():
+  with pytest.raises(ValueError, match="'copy0': N is a sequence length"):
+    defaults.get_config('copy0')
+
+
+def test_a_grid_value_that_cannot_work_is_refused_before_any_run(tmp_path):
+  # Each run failed in its turn, after the runs before it had trained.
+  from nmt_jax.analysis import sweep_runs  # pylint: disable=g-import-not-at-top
+
+  runs = sweep_runs.grid_runs(
+      'configs/global_general.py:tiny', ['train.num_steps=2,-1'], {}
+  )
+  with pytest.raises(errors.ConfigError) as error:
+    sweep_runs.check_overrides(runs)
+  _one_line(error, 'run num_steps=-1', 'train.num_steps=-1 must be > 0')
+  runs = sweep_runs.grid_runs(
+      'configs/global_general.py:tiny', ['train.num_steps=a'], {}
+  )
+  with pytest.raises(errors.ConfigError) as error:
+    sweep_runs.check_overrides(runs)
+  _one_line(error, 'run num_steps=a', "'a'")
+
+
+def test_paths_of_the_wrong_kind_are_named(tmp_path):
+  # "cannot be written", "not writable (File exists)", "is missing".
+  folder = tmp_path / 'folder'
+  folder.mkdir()
+  with pytest.raises(errors.UserError) as error:
+    writers.check_writable(str(folder), 'output')
+  _one_line(error, f'--output={folder} is a directory')
+  from nmt_jax.workdir import folders  # pylint: disable=g-import-not-at-top
+
+  a_file = tmp_path / 'file'
+  a_file.write_text('')
+  with pytest.raises(errors.UserError) as error:
+    folders.prepare(str(a_file))
+  _one_line(error, f'workdir {a_file} is a file, not a directory')
+  for name in ('c.dev.de', 'c.dev.en', 'c.train.en'):
+    (tmp_path / name).write_text('a b\n')
+  (tmp_path / 'c.train.de').mkdir()
+  config = defaults.get_config('tiny')
+  config.data.name = f'text:{tmp_path}/c'
+  from nmt_jax import data  # pylint: disable=g-import-not-at-top
+
+  with pytest.raises(errors.UserError) as error:
+    data.load_task(config.data, 0, str(tmp_path / 'w'), build_vocab=True)
+  _one_line(error, 'c.train.de is a directory')

@@ -25,6 +25,7 @@ from absl import logging
 from nmt_jax.analysis import plots
 from nmt_jax.analysis import runs as runs_lib
 from nmt_jax.config import cli_flags
+from nmt_jax.config import validation
 from nmt_jax.system import errors
 from nmt_jax.training import plateau
 from nmt_jax.workdir import run_config
@@ -75,8 +76,9 @@ def parse_assignment(text: str, flag: str):
 def check_overrides(runs: Sequence[Run]):
   """ConfigError naming the first override that is not a config field.
 
-  Checked before any run starts: a typo in --grid, --set or a sweep file
-  would otherwise fail every run, one after the other.
+  Or the first run whose config does not validate. Checked before any run
+  starts: a typo in --grid, --set or a sweep file would otherwise fail every
+  run, one after the other.
   """
   configs = {}
   for run in runs:
@@ -96,6 +98,12 @@ def check_overrides(runs: Sequence[Run]):
               ' nmt_jax/config/defaults.py'
           )
         node = node[part]
+    # The values too: a run that cannot start would fail only when its turn
+    # comes, after the runs before it have trained.
+    try:
+      validation.resolve(cli_flags.config_of_command(run.command('root')))
+    except errors.ConfigError as e:
+      raise errors.ConfigError(f'run {run.name}: {e}') from None
 
 
 def grid_runs(

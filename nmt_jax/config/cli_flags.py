@@ -12,6 +12,7 @@ import sys
 
 from absl import flags
 import ml_collections
+from ml_collections import config_flags
 
 from nmt_jax.config import defaults
 from nmt_jax.config import presets
@@ -47,6 +48,37 @@ def config_help() -> str:
       ),
   ]
   return '\n'.join(lines) + '\n'
+
+
+def config_of_command(args) -> ml_collections.ConfigDict:
+  """The config a command line's --config=FILE[:ARG] and --config.F=V give.
+
+  Parsed by ml_collections' own config flag, as the command line parses it
+  (other arguments are ignored). Raises ConfigError in one line.
+  """
+  argv = ['nmt_jax'] + [a for a in args if a.startswith('--config')]
+  values = flags.FlagValues()
+  # The override flags are found in sys_argv (sys.argv by default).
+  config_flags.DEFINE_config_file('config', flag_values=values, sys_argv=argv)
+  try:
+    values(argv)
+    return values.config
+  except (flags.Error, KeyError, AttributeError, ValueError, TypeError) as e:
+    raise errors.ConfigError(' '.join(str(e).split())) from None
+
+
+def check_command(argv, commands, program: str):
+  """One error line unless argv (absl's, flags removed) is one command."""
+  choices = ' | '.join(commands)
+  if len(argv) < 2:
+    fail(f'give a command: {program} {choices} (--help describes them)')
+  if argv[1] not in commands:
+    fail(f'unknown command {argv[1]!r}; give one of {choices}')
+  if len(argv) > 2:
+    fail(
+        f'unexpected arguments: {" ".join(argv[2:])}; every option is a flag,'
+        ' --name=value (--help lists them)'
+    )
 
 
 def fail(message: str):
@@ -128,7 +160,7 @@ def parse_flags(argv):
     if arg == '--':  # absl reads no flags after it
       break
     name, equals, value = arg.partition('=')
-    if name not in ('--config', '-config'):
+    if name not in ('--config', '-config', '--compare', '-compare'):
       continue
     if not equals:  # --config PATH
       if i + 1 >= len(argv):

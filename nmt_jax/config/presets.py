@@ -166,6 +166,11 @@ def apply_presets(config, arg):
       PRESETS[name](config)
     elif numbered and f'{numbered.group(1)}N' in PRESETS:
       preset = f'{numbered.group(1)}N'
+      if int(numbered.group(2)) < 1:
+        raise ValueError(
+            f'config preset {name!r}: N is a sequence length, at least 1'
+            f' (e.g. {numbered.group(1)}50)'
+        )
       PRESETS[preset](config, int(numbered.group(2)))
     else:
       raise ValueError(

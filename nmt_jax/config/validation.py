@@ -104,10 +104,16 @@ def resolve(config):
   Raises ConfigError on the first value that cannot work.
   """
   config = config.copy_and_resolve_references()
+  # The fields the derived ones come from first: their errors name them.
+  errors.positive('data.max_length', config.data.max_length)
   if config.model.attention.max_source_length is None:
     config.model.attention.max_source_length = config.data.max_length + 1
   if config.decode.max_input_length is None:
     config.decode.max_input_length = 4 * config.data.max_length
+  errors.positive(
+      'model.attention.max_source_length',
+      config.model.attention.max_source_length,
+  )
   validate(config)
   return config
 

@@ -100,6 +100,11 @@ def load_task(data_config, workdir: Optional[str], build_missing: bool):
   splits = [s for s in SPLIT_FILES if has_split(prefix, s, src, tgt)]
   for split in splits:
     for path in split_paths(prefix, split, src, tgt):
+      if os.path.isdir(path):
+        raise DataError(
+            f'{path} is a directory; the {SPLIT_FILES[split]} split needs a'
+            ' text file per language (one sentence per line)'
+        )
       if not os.path.isfile(path):
         raise DataError(
             f'{path} is missing: the {SPLIT_FILES[split]} split needs a file'

@@ -19,6 +19,11 @@ def prepare(workdir: str) -> Optional[str]:
   Returns the topmost folder it created (for remove_if_empty), or None when
   the workdir existed. This happens before anything is written.
   """
+  if os.path.exists(workdir) and not os.path.isdir(workdir):
+    raise CheckpointError(
+        f'workdir {workdir} is a file, not a directory; give another'
+        ' --workdir (or move the file away)'
+    )
   created, missing = None, os.path.abspath(workdir)
   while not os.path.exists(missing):
     created, missing = missing, os.path.dirname(missing)

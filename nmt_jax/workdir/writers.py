@@ -146,7 +146,12 @@ def check_writable(path: str, flag: str) -> str:
   writable = (
       os.access(target, os.W_OK) if special else os.access(folder, os.W_OK)
   )
-  if not writable or os.path.isdir(target):
+  if os.path.isdir(target):
+    raise errors.UserError(
+        f'--{flag}={path} is a directory; give the path of a file (in it,'
+        ' or elsewhere)'
+    )
+  if not writable:
     raise errors.UserError(
         f'--{flag}={path} cannot be written; give a writable file path'
     )
