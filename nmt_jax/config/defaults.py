@@ -180,6 +180,12 @@ def get_config(arg=None):
   config.model.tie_embeddings = False
   # Initial forget-gate bias (flax's cells start at 0; 1 trains better).
   config.model.forget_bias = 1.0
+  # Parameter initialisation: 0 = Flax's defaults (LeCun-normal kernels,
+  # orthogonal recurrent kernels, N(0, 1/E) embeddings, zero biases); s > 0 =
+  # every parameter uniform in (-s, s), OpenNMT-py's `param_init s` (0.1), the
+  # biases on top of their Flax value (so model.forget_bias still adds to the
+  # forget gate; 0 there is OpenNMT-py's init exactly).
+  config.model.init_uniform = 0.0
 
   # The attention kind and the fields of every kind (each kind's module in
   # nmt_jax/attention/ declares its fields, defaults and checks).

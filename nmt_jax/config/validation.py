@@ -70,6 +70,7 @@ NON_NEGATIVE = (
     'model.output_hidden_size',
     'model.readout_size',
     'model.dropout',
+    'model.init_uniform',
     'data.batch_tokens',
     'data.vocab.target_size',
 )

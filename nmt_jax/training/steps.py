@@ -107,6 +107,20 @@ def set_plateau_scale(state: TrainState, value: float) -> TrainState:
   return state.replace(opt_state=opt_state)
 
 
+def uniform_init(params, key, scale: float):
+  """Every parameter uniform in (-scale, scale) (OpenNMT-py's param_init);
+  biases keep their initial value on top (the forget-gate bias)."""
+  flat, treedef = jax.tree_util.tree_flatten_with_path(params)
+  keys = jax.random.split(jax.random.fold_in(key, 1), len(flat))
+  leaves = []
+  for (path, leaf), k in zip(flat, keys):
+    new = jax.random.uniform(k, leaf.shape, leaf.dtype, -scale, scale)
+    if 'bias' in str(getattr(path[-1], 'key', path[-1])):
+      new = new + leaf
+    leaves.append(new)
+  return jax.tree_util.tree_unflatten(treedef, leaves)
+
+
 def init_state(config, model, optimizer, sharding, sample_batch) -> TrainState:
   """Step-0 state: parameters from config.seed, placed with `sharding`."""
 
@@ -114,6 +128,8 @@ def init_state(config, model, optimizer, sharding, sample_batch) -> TrainState:
     params = model.init(key, sample_batch['source'], sample_batch['target_in'])[
         'params'
     ]
+    if config.model.init_uniform:
+      params = uniform_init(params, key, config.model.init_uniform)
     return TrainState(
         step=jnp.int32(0),
         params=params,

@@ -56,9 +56,10 @@ def identity_fields(config) -> Dict[str, Any]:
 
   Every model.* field (of model.attention, those the kind's `identity`
   names: its own fields without those that only steer decoding) except
-  dropout and the speed switches (RUN_OPTIONS: a float32 run can be evaluated
-  in bfloat16 and back), and the data fields that define the vocabularies
-  (data.vocab.* for a corpus, data.num_symbols for an embedded task).
+  dropout, the initialisation (model.init_uniform) and the speed switches
+  (RUN_OPTIONS: a float32 run can be evaluated in bfloat16 and back), and
+  the data fields that define the vocabularies (data.vocab.* for a corpus,
+  data.num_symbols for an embedded task).
   Flattened, JSON values.
   """
   flat = _flatten(json.loads(config.to_json_best_effort()))
@@ -78,7 +79,10 @@ def identity_fields(config) -> Dict[str, Any]:
     if key.startswith('model.attention.'):
       return key in kind_fields
     if key.startswith('model.'):
-      return key != 'model.dropout' and key[len('model.') :] not in RUN_OPTIONS
+      return (
+          key not in ('model.dropout', 'model.init_uniform')
+          and key[len('model.') :] not in RUN_OPTIONS
+      )
     return key in data_fields or (
         not embedded and key.startswith('data.vocab.')
     )

@@ -45,6 +45,20 @@ def test_label_smoothing_is_zero_at_the_smoothed_target():
   np.testing.assert_allclose(loss_sum, 0.0, atol=1e-5)
 
 
+def test_uniform_init_draws_every_parameter_and_keeps_the_forget_bias():
+  params = {
+      'lstm': {'kernel': jnp.ones((3, 8)), 'bias': jnp.zeros(8).at[2:4].set(1)},
+      'embed': {'embedding': jnp.ones((5, 3))},
+  }
+  drawn = steps.uniform_init(params, jax.random.key(0), 0.1)
+  for path, leaf in jax.tree_util.tree_flatten_with_path(drawn)[0]:
+    before = params[path[0].key][path[1].key]
+    assert leaf.shape == before.shape
+    if path[-1].key == 'bias':  # drawn on top of the forget-gate bias
+      leaf = leaf - before
+    assert float(jnp.abs(leaf).max()) <= 0.1 and float(jnp.std(leaf)) > 0.02
+
+
 def test_halving_schedule_follows_shu():
   config = defaults.get_config().train
   config.schedule, config.learning_rate, config.halve_from_epoch = (
