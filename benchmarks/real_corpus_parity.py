@@ -370,7 +370,10 @@ def _saved(toolkit: str, run: str, step: int) -> bool:
     return os.path.isdir(path) and os.path.exists(
         os.path.join(path, 'state', '_METADATA')
     )
-  path = os.path.join(run, f'model_step_{step}.pt')  # written in one go
+  path = os.path.join(run, f'model_step_{step}.pt')
+  if os.path.exists(os.path.join(run, 'timing.json')):  # training ended
+    return os.path.exists(path)
+  # torch.save writes in place: a file untouched for 30 s is complete.
   return os.path.exists(path) and time.time() - os.path.getmtime(path) > 30
 
 
