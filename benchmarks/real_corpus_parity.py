@@ -39,10 +39,10 @@ the vocabulary. Decoding on both sides: no length penalty (nmt_jax
 decode.length_penalty=0, OpenNMT-py's default `none`), nothing blocked,
 hypotheses of at most about twice the source (nmt_jax: 2 x source + 10
 tokens per sentence, its default; OpenNMT-py: 2 x the batch's longest
-source + 5, `-max_length_ratio 2`). nmt_jax decodes a kept step by a copy of
-the workdir holding only that checkpoint (translate decodes a workdir's best
-one). OpenNMT-py batches its default way: a pool of 262,144 examples (here
-several epochs) sorted by length, cut into batches of one length, shuffled;
+source + 5, `-max_length_ratio 2`). nmt_jax keeps the steps with
+train.keep_every and translates one with decode.step. OpenNMT-py batches
+its default way: a pool of 262,144 examples (here several epochs) sorted by
+length, cut into batches of one length, shuffled;
 nmt_jax draws each batch from one of data.num_buckets (4) even length
 buckets of a shuffled epoch.
 
@@ -64,7 +64,6 @@ import glob
 import json
 import os
 import re
-import shutil
 import statistics
 import subprocess
 import sys
@@ -295,7 +294,7 @@ def _train_one(args, toolkit: str, seed: int) -> None:
             f'--config.train.num_steps={steps}',
             f'--config.train.eval_every={every}',
             f'--config.train.checkpoint_every={every}',
-            f'--config.train.keep_checkpoints={steps // every}',
+            f'--config.train.keep_every={every}',
             '--config.train.log_every=100',
         ]
     )
@@ -340,29 +339,6 @@ def _train_one(args, toolkit: str, seed: int) -> None:
 # ---------------------------------------------------------------- decoding
 
 
-def _nmt_jax_step_workdir(run: str, step: int) -> str:
-  """A copy of the workdir holding only checkpoint `step` (translate decodes
-  a workdir's best checkpoint)."""
-  source = os.path.join(run, 'workdir')
-  target = os.path.join(run, f'workdir_step{step}')
-  if os.path.isdir(target):
-    return target
-  part = target + '.part'
-  shutil.rmtree(part, ignore_errors=True)
-  shutil.copytree(
-      source,
-      part,
-      ignore=shutil.ignore_patterns('checkpoints', 'profile', 'lock'),
-  )
-  os.makedirs(os.path.join(part, 'checkpoints'))
-  shutil.copytree(
-      os.path.join(source, 'checkpoints', str(step)),
-      os.path.join(part, 'checkpoints', str(step)),
-  )
-  os.replace(part, target)
-  return target
-
-
 def _saved(toolkit: str, run: str, step: int) -> bool:
   """Whether the checkpoint of `step` is complete (a run may still train)."""
   if toolkit == 'nmt_jax':  # Orbax renames a step's folder when complete
@@ -387,13 +363,14 @@ def _translate(args, toolkit: str, run: str, step: int, mode: str) -> str:
     return output
   beam = MODES[mode]
   if toolkit == 'nmt_jax':
-    workdir = _nmt_jax_step_workdir(run, step)
+    workdir = os.path.join(run, 'workdir')
     command = (
         _pinned(args)
         + [sys.executable, '-m', 'nmt_jax.main', f'--workdir={workdir}']
         + _nmt_jax_flags(args, 0)
         + [
             '--mode=translate',
+            f'--config.decode.step={step}',
             f'--input={source}',
             f'--output={output}.part',
             f'--config.decode.beam_size={beam}',
