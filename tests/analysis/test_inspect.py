@@ -162,7 +162,8 @@ def test_grid_dry_run_and_shards(tmp_path):
             ],
             'is not field=value',
         ),
-        (['aggregate', '--root=/nonexistent'], 'found no workdirs'),
+        (['aggregate', '--root=configs'], 'found no workdirs'),  # none there
+        (['aggregate', '--root=/nonexistent'], 'is not a directory'),
         (
             [
                 'run',
