@@ -2128,7 +2128,7 @@ def _wait(condition, process, timeout=300):
 
 
 def final_params(workdir, step):
-  """{path: array} of a workdir's checkpoint at `step` (tests/commands.py)."""
+  """{path: array} of a workdir's checkpoint at `step`, verified."""
   # pylint: disable=g-import-not-at-top
   import jax
   import numpy as np
@@ -2138,21 +2138,12 @@ def final_params(workdir, step):
   ckpts = checkpoint.Checkpoints(workdir, create=False)
   try:
     sharding = jax.sharding.SingleDeviceSharding(jax.devices()[0])
-    target = jax.tree_util.tree_map(
-        lambda m: jax.ShapeDtypeStruct(m.shape, m.dtype, sharding=sharding),
-        ckpts.manager.item_metadata(step)['state'],
-    )
-    restored = ckpts.manager.restore(
-        step,
-        args=checkpoint.ocp.args.Composite(
-            state=checkpoint.ocp.args.StandardRestore(target)
-        ),
-    )
+    state, _ = ckpts.restore_tree(step, sharding)
   finally:
     ckpts.close()
   return {
       jax.tree_util.keystr(p): np.asarray(v)
-      for p, v in jax.tree_util.tree_flatten_with_path(restored.state)[0]
+      for p, v in jax.tree_util.tree_flatten_with_path(state)[0]
   }
 
 

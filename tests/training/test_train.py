@@ -316,6 +316,18 @@ def test_chunked_cross_entropy_is_the_whole_one(label_smoothing):
   assert tokens == 7 + 5 + 2
 
 
+def _jitted_step(setup, config):
+  """steps.train_step of `setup`'s model and optimizer under `config`."""
+  return jax.jit(
+      functools.partial(
+          steps.train_step,
+          model=setup.model,
+          optimizer=setup.optimizer,
+          config=config,
+      )
+  )
+
+
 @pytest.mark.parametrize('dropout', [0.0, 0.3])
 def test_a_train_step_with_a_chunked_loss_is_the_same_step(dropout):
   config = helpers.tiny_config('global', 'general', dropout=dropout)
@@ -325,15 +337,7 @@ def test_a_train_step_with_a_chunked_loss_is_the_same_step(dropout):
   for chunk in (0, 3):
     cfg = setup.config.copy_and_resolve_references()
     cfg.train.loss_chunk = chunk
-    step = jax.jit(
-        functools.partial(
-            steps.train_step,
-            model=setup.model,
-            optimizer=setup.optimizer,
-            config=cfg,
-        )
-    )
-    results.append(step(setup.state, batch))
+    results.append(_jitted_step(setup, cfg)(setup.state, batch))
   (whole, whole_metrics), (chunked, chunked_metrics) = results
   np.testing.assert_allclose(
       chunked_metrics['loss_sum'], whole_metrics['loss_sum'], rtol=1e-5
@@ -360,15 +364,7 @@ def test_accumulated_micro_batches_make_the_big_batchs_update(loss_chunk):
   for count in (1, 4):
     cfg = setup.config.copy_and_resolve_references()
     cfg.train.accumulate_steps = count
-    step = jax.jit(
-        functools.partial(
-            steps.train_step,
-            model=setup.model,
-            optimizer=setup.optimizer,
-            config=cfg,
-        )
-    )
-    results.append(step(setup.state, batch))
+    results.append(_jitted_step(setup, cfg)(setup.state, batch))
   (whole, whole_metrics), (accumulated, accumulated_metrics) = results
   for key in ('loss_sum', 'tokens', 'grad_norm'):
     np.testing.assert_allclose(
@@ -407,14 +403,7 @@ def test_the_ema_follows_its_recurrence_from_the_initial_parameters():
   config = helpers.tiny_config('global', 'general')
   config.train.ema_decay = 0.75
   setup = train.build(config)
-  step = jax.jit(
-      functools.partial(
-          steps.train_step,
-          model=setup.model,
-          optimizer=setup.optimizer,
-          config=setup.config,
-      )
-  )
+  step = _jitted_step(setup, setup.config)
   leaves = lambda tree: [np.asarray(x) for x in jax.tree_util.tree_leaves(tree)]
   state = setup.state
   expected = leaves(state.params)  # the average starts at the parameters
