@@ -75,6 +75,19 @@ NON_NEGATIVE = (
     'data.vocab.target_size',
 )
 FINITE = ('model.forget_bias',)
+# Fractions that must be below 1 (and are >= 0 above): field -> (why, fix).
+BELOW_ONE = {
+    'model.dropout': ('', 'use e.g. 0.2'),
+    'train.label_smoothing': ('', 'use e.g. 0.1'),
+    'train.plateau_decay': (
+        ' (it multiplies the learning rate)',
+        'use e.g. 0.5, or 0 for no decay',
+    ),
+    'train.ema_decay': (
+        ' (the average would never move)',
+        'use e.g. 0.999, or 0 for none',
+    ),
+}
 CHOICES = {
     'model.query': ('current', 'previous'),
     'model.readout': ('luong', 'bahdanau_maxout'),
@@ -129,6 +142,11 @@ def validate(config):
     errors.finite(field, _get(config, field))
   for field, choices in CHOICES.items():
     errors.one_of(*choices)(field, _get(config, field))
+  for field, (why, fix) in BELOW_ONE.items():
+    if _get(config, field) >= 1:
+      raise errors.config_error(
+          field, _get(config, field), f'must be below 1{why}', fix
+      )
   if not (
       isinstance(config.seed, int) and 0 <= config.seed < 2**32
   ) or isinstance(config.seed, bool):
@@ -171,13 +189,6 @@ def validate(config):
   _check_model(config.model)
   _check_data(config.data)
   _check_decode(config)
-  if config.train.plateau_decay >= 1:
-    raise errors.config_error(
-        'train.plateau_decay',
-        config.train.plateau_decay,
-        'must be below 1 (it multiplies the learning rate)',
-        'use e.g. 0.5, or 0 for no decay',
-    )
   # data.batch_tokens holds a sentence of the longest bucket (train.make_mesh
   # checks a multiple of the device count).
   batching.training_batch_sizes(config)
@@ -191,13 +202,6 @@ def validate(config):
         f'{config.model.attention.kind!r}',
         'set --config.train.beta=0',
     )
-  if config.train.ema_decay >= 1:
-    raise errors.config_error(
-        'train.ema_decay',
-        config.train.ema_decay,
-        'must be below 1 (the average would never move)',
-        'use e.g. 0.999, or 0 for none',
-    )
   if config.train.weight_decay and config.train.optimizer != 'adam':
     raise errors.config_error(
         'train.weight_decay',
@@ -205,13 +209,6 @@ def validate(config):
         "is AdamW's decoupled decay, but train.optimizer is"
         f' {config.train.optimizer!r}',
         'set --config.train.optimizer=adam, or train.weight_decay=0',
-    )
-  if config.train.label_smoothing >= 1:
-    raise errors.config_error(
-        'train.label_smoothing',
-        config.train.label_smoothing,
-        'must be below 1',
-        'use e.g. 0.1',
     )
 
 
@@ -238,10 +235,6 @@ def _check_model(model):
           f'set model.readout_size={model.embed_size} (or output_hidden_size),'
           ' or tie_embeddings=False',
       )
-  if model.dropout >= 1:
-    raise errors.config_error(
-        'model.dropout', model.dropout, 'must be below 1', 'use e.g. 0.2'
-    )
   if model.gate_table == 'on' and model.dropout:
     raise errors.config_error(
         'model.gate_table',
