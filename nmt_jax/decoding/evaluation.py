@@ -49,7 +49,9 @@ def _nbest(out, row: int, length: int) -> List[Hypothesis]:
   `length`: the row's source tokens, EOS included.
   """
   diagnostics = out.diagnostics or {}
-  aligned = lambda d, ids: None if d is None else d['alignment'][: len(ids)]
+  aligned = lambda d, ids: (
+      d['alignment'][: len(ids)] if d and 'alignment' in d else None
+  )
   attention = None
   if 'attention' in diagnostics:
     # Its EOS step too (a beam's unfinished fallback has none).
