@@ -162,16 +162,11 @@ def _evaluate_locked(config, paths: Sequence[str], target: str):
     result['checkpoint_step'] = step
   if jax.process_index() == 0:
     record_in = paths[0] if len(paths) == 1 else None
-    _write_eval(config, target, result, rows, record_in)
+    soft = None
     if config.decode.alignments == 'soft':
-      writers.write_npz(
-          os.path.join(target, SOFT_ALIGNMENTS),
-          _soft_alignments(config, decoded, range(len(split))),
-      )
+      soft = _soft_alignments(config, decoded, range(len(split)))
+    _write_eval(config, target, result, rows, record_in, soft)
   return result, rows, step
-
-
-SOFT_ALIGNMENTS = 'eval_alignments.npz'
 
 
 def _soft_alignments(config, decoded, keys) -> Dict[str, np.ndarray]:
@@ -186,10 +181,12 @@ def _soft_alignments(config, decoded, keys) -> Dict[str, np.ndarray]:
   }
 
 
-def _write_eval(config, target: str, result, rows, record_in: Optional[str]):
+def _write_eval(
+    config, target: str, result, rows, record_in: Optional[str], soft=None
+):
   """The evaluation's files in `target`; its record in `record_in`'s metrics.
 
-  Soft alignments are written by the caller (they need the decoded matrices).
+  `soft`: the soft alignments by name (decode.alignments='soft').
   """
   writers.write_json(os.path.join(target, 'eval_results.json'), result)
   writers.write_text(
@@ -198,14 +195,12 @@ def _write_eval(config, target: str, result, rows, record_in: Optional[str]):
   )
   nbest = os.path.join(target, 'eval_nbest.txt')
   alignments = os.path.join(target, 'eval_alignments.txt')
+  soft_alignments = os.path.join(target, 'eval_alignments.npz')
   # An earlier evaluation's files would no longer match these hypotheses.
   for path, wanted in (
       (nbest, config.decode.nbest),
       (alignments, config.decode.alignments == 'pharaoh'),
-      (
-          os.path.join(target, SOFT_ALIGNMENTS),
-          config.decode.alignments == 'soft',
-      ),
+      (soft_alignments, soft is not None),
   ):
     if not wanted and os.path.exists(path):
       os.remove(path)
@@ -215,6 +210,8 @@ def _write_eval(config, target: str, result, rows, record_in: Optional[str]):
     )
   if config.decode.alignments == 'pharaoh':
     writers.write_text(alignments, ''.join(row[0][2] + '\n' for row in rows))
+  if soft is not None:
+    writers.write_npz(soft_alignments, soft)
   if record_in:
     writer = writers.MetricWriter(record_in)
     writer.write(result['checkpoint_step'], 'eval', evaluation.scalars(result))

@@ -52,13 +52,12 @@ def _nbest(out, row: int, length: int) -> List[Hypothesis]:
   aligned = lambda d, ids: (
       d['alignment'][: len(ids)] if d and 'alignment' in d else None
   )
+  ids = _strip(out.tokens[row])  # the best hypothesis
   attention = None
   if 'attention' in diagnostics:
     # Its EOS step too (a beam's unfinished fallback has none).
-    ids = _strip(out.tokens[row])
     attention = diagnostics['attention'][row, : len(ids) + 1, :length]
   if out.nbest_tokens is None:
-    ids = _strip(out.tokens[row])
     row_diagnostics = jax.tree_util.tree_map(lambda x: x[row], out.diagnostics)
     return [
         Hypothesis(
