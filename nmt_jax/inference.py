@@ -48,7 +48,7 @@ def _texts(config, task, decoded, split, k_best: int):
                   split.source_text[index].split(),
               )
           )
-        if config.decode.alignments:
+        if config.decode.alignments == 'pharaoh':
           alignment = outputs.pharaoh(positions)
       text = segmentation.desegment(config.data.segmentation, text)
       row.append((text, hypothesis.score, alignment))
@@ -65,6 +65,7 @@ def _decode(config, evaluator, params, split, profile_dir=None):
       config.decode.beam_size,
       alignments=aligned,
       profile_dir=profile_dir,
+      attention_weights=config.decode.alignments == 'soft',
   )
   rows = _texts(
       config, evaluator.task, decoded, split, max(1, config.decode.nbest)
@@ -83,7 +84,8 @@ def evaluate(
   decode.step = N, that checkpoint, and the files go into
   <workdir>/eval_step_<N>/ (the record into metrics.jsonl). An ensemble
   writes into the folder `output`. With decode.nbest / decode.alignments,
-  eval_nbest.txt / eval_alignments.txt too.
+  eval_nbest.txt / eval_alignments.txt (pharaoh) or eval_alignments.npz
+  (soft) too.
   """
   config = validation.resolve(config)
   if (
@@ -160,12 +162,32 @@ def _evaluate_locked(config, paths: Sequence[str], target: str):
     result['checkpoint_step'] = step
   if jax.process_index() == 0:
     record_in = paths[0] if len(paths) == 1 else None
-    _write_eval(config, target, result, rows, record_in)
+    soft = None
+    if config.decode.alignments == 'soft':
+      soft = _soft_alignments(config, decoded, range(len(split)))
+    _write_eval(config, target, result, rows, record_in, soft)
   return result, rows, step
 
 
-def _write_eval(config, target: str, result, rows, record_in: Optional[str]):
-  """The evaluation's files in `target`; its record in `record_in`'s metrics."""
+def _soft_alignments(config, decoded, keys) -> Dict[str, np.ndarray]:
+  """{str(key): [T + 1, S] float32} of each sentence's best hypothesis.
+
+  `keys`: one per decoded sentence (its 0-based input line).
+  """
+  reverse = config.data.reverse_source
+  return {
+      str(key): decoded.attention(index, reverse)
+      for index, key in enumerate(keys)
+  }
+
+
+def _write_eval(
+    config, target: str, result, rows, record_in: Optional[str], soft=None
+):
+  """The evaluation's files in `target`; its record in `record_in`'s metrics.
+
+  `soft`: the soft alignments by name (decode.alignments='soft').
+  """
   writers.write_json(os.path.join(target, 'eval_results.json'), result)
   writers.write_text(
       os.path.join(target, 'eval_hypotheses.txt'),
@@ -173,10 +195,12 @@ def _write_eval(config, target: str, result, rows, record_in: Optional[str]):
   )
   nbest = os.path.join(target, 'eval_nbest.txt')
   alignments = os.path.join(target, 'eval_alignments.txt')
+  soft_alignments = os.path.join(target, 'eval_alignments.npz')
   # An earlier evaluation's files would no longer match these hypotheses.
   for path, wanted in (
       (nbest, config.decode.nbest),
-      (alignments, config.decode.alignments),
+      (alignments, config.decode.alignments == 'pharaoh'),
+      (soft_alignments, soft is not None),
   ):
     if not wanted and os.path.exists(path):
       os.remove(path)
@@ -184,8 +208,10 @@ def _write_eval(config, target: str, result, rows, record_in: Optional[str]):
     writers.write_text(
         nbest, ''.join(_nbest_lines(i, row) for i, row in enumerate(rows))
     )
-  if config.decode.alignments:
+  if config.decode.alignments == 'pharaoh':
     writers.write_text(alignments, ''.join(row[0][2] + '\n' for row in rows))
+  if soft is not None:
+    writers.write_npz(soft_alignments, soft)
   if record_in:
     writer = writers.MetricWriter(record_in)
     writer.write(result['checkpoint_step'], 'eval', evaluation.scalars(result))
@@ -221,14 +247,50 @@ def _check_lengths(config, rows, numbers: Sequence[int], what: str):
       )
 
 
-def translate(config, paths: Sequence[str], lines) -> List[str]:
+def alignments_file(config, output: Optional[str]) -> Optional[str]:
+  """Where translate writes decode.alignments='soft' matrices (else None).
+
+  decode.alignments_file, else beside translate's `output` file
+  (<output>.alignments.npz). Raises ConfigError when neither names a file.
+  """
+  if config.decode.alignments != 'soft':
+    return None
+  if config.decode.alignments_file:
+    return config.decode.alignments_file
+  if output:
+    return f'{output}.alignments.npz'
+  raise ConfigError(
+      "config: decode.alignments='soft' writes attention matrices to a file,"
+      ' and translate writes to stdout here; set'
+      ' --config.decode.alignments_file=FILE.npz (or give --output=FILE:'
+      ' they go to FILE.alignments.npz)'
+  )
+
+
+def checked_alignments_file(config, output: Optional[str]) -> Optional[str]:
+  """alignments_file(), its folder checked writable (a UserError if not)."""
+  path = alignments_file(config, output)
+  if path is None:
+    return None
+  return writers.check_writable(path, 'config.decode.alignments_file')
+
+
+def translate(
+    config, paths: Sequence[str], lines, output: Optional[str] = None
+) -> List[str]:
   """Translates source `lines` -> output lines.
 
   One translation per input line (a blank line gives a blank line), followed
-  by ' ||| alignment' with decode.alignments; with decode.nbest, the n-best
-  lines of every non-blank input line instead, numbered by input line from 0.
+  by ' ||| alignment' with decode.alignments='pharaoh'; with decode.nbest, the
+  n-best lines of every non-blank input line instead, numbered by input line
+  from 0. With decode.alignments='soft' the attention matrices go to
+  alignments_file(config, output) (`output`: the file the lines go to, None
+  for stdout), keyed by 0-based input line.
   """
   config = validation.resolve(config)
+  soft_file = None
+  if jax.process_index() == 0:  # the one that writes: fail before decoding
+    soft_file = checked_alignments_file(config, output)
   numbered = _numbered(lines)
   if not numbered:
     raise ConfigError(
@@ -246,7 +308,12 @@ def translate(config, paths: Sequence[str], lines) -> List[str]:
   )
   _check_lengths(config, split.source, [n for n, _ in numbered], 'input')
   evaluator = evaluation.Evaluator(config, scorer, task, mesh)
-  _, rows = _decode(config, evaluator, params, split)
+  decoded, rows = _decode(config, evaluator, params, split)
+  if soft_file:
+    writers.write_npz(
+        soft_file,
+        _soft_alignments(config, decoded, [n - 1 for n, _ in numbered]),
+    )
   if config.decode.nbest:
     return [
         _nbest_lines(number - 1, row).rstrip('\n')

@@ -175,11 +175,11 @@ def run(config, workdir: str, mode: str, stdout=None):
     output = _OUTPUT.value if _OUTPUT.value != '-' else None
     inference.evaluate(config, paths, output)
   else:
-    lines, output = _read_on_every_process(mode)
+    lines, output = _read_on_every_process(mode, config)
     if mode == 'score':
       out = inference.score(config, paths, lines)
     else:
-      out = inference.translate(config, paths, lines)
+      out = inference.translate(config, paths, lines, _regular_file(output))
     if jax.process_index() != 0:  # every process decodes; one writes
       return
     text = ''.join(h + '\n' for h in out)
@@ -194,12 +194,22 @@ def run(config, workdir: str, mode: str, stdout=None):
         f.write(text)
 
 
-def _read_on_every_process(mode: str):
+def _regular_file(output):
+  """--output's path when it is (or will be) a plain file, else None.
+
+  Soft alignments go beside a file, not beside stdout, a FIFO or a device.
+  """
+  if output and (os.path.isfile(output) or not os.path.exists(output)):
+    return output
+  return None
+
+
+def _read_on_every_process(mode: str, config):
   """(input lines or pairs, --output's checked path) of translate/score.
 
   Every process reads the input and decodes its share: all must read the
-  same. Only process 0 writes, so only it checks --output (before decoding,
-  not after).
+  same. Only process 0 writes, so only it checks --output and translate's
+  soft alignments file (before decoding, not after).
   """
   error = lines = output = digest = None
   try:
@@ -209,6 +219,8 @@ def _read_on_every_process(mode: str):
       lines = _read_input(_INPUT.value, 'input')
     if jax.process_index() == 0:
       output = _check_output(_OUTPUT.value)
+      if mode == 'translate':
+        inference.checked_alignments_file(config, _regular_file(output))
     crc = zlib.crc32(repr(lines).encode('utf-8'))
     digest = f'{len(lines)} lines, CRC-32 {crc:08x}'
   except errors.UserError as e:

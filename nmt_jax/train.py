@@ -19,6 +19,8 @@ import jax
 
 from nmt_jax import data
 from nmt_jax import inference
+from nmt_jax.analysis import attention_maps
+from nmt_jax.analysis import plots
 from nmt_jax.config import compiler_options
 from nmt_jax.config import validation
 from nmt_jax.data import batching
@@ -351,6 +353,8 @@ def _train_and_evaluate(config, workdir: str, mesh, evaluate: bool):
         )
         writer.write(done, 'valid', evaluation.scalars(result))
         writer.write_text(done, 'valid/samples', _samples(task, hypotheses))
+        if t.attention_images:
+          _attention_images(config, evaluator, params, writer, done)
         logging.info(
             'step %d validation | loss %.4f | BLEU %.2f | avg window %.1f',
             done,
@@ -435,6 +439,38 @@ def _log_progress(step, num_steps, record, eta):
       record['learning_rate'],
       _duration(eta),
   )
+
+
+def _attention_images(config, evaluator, params, writer, step: int):
+  """The attention of the first train.attention_images validation sentences
+  as TensorBoard images valid/attention/<i>.
+
+  A greedy decode of its own, with the weights (the validation's decoder
+  keeps none), in one small batch; every process decodes, process 0 draws.
+  """
+  task = evaluator.task
+  count = min(config.train.attention_images, len(task.eval))
+  decoded = evaluator.decode(
+      params,
+      task.eval,
+      1,
+      limit=count,
+      attention_weights=True,
+      batch_size=count,
+  )
+  if not writer.enabled:
+    return
+  translations = attention_maps.decoded_translations(
+      task,
+      decoded,
+      task.eval,
+      count,
+      config.data.reverse_source,
+      config.model.attention.kind,
+  )
+  for i, translation in enumerate(translations):
+    figure = plots.plot_attention(translation)
+    writer.write_figure(step, f'valid/attention/{i}', figure)
 
 
 def _samples(task, hypotheses) -> str:

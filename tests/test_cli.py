@@ -12,12 +12,14 @@ import os
 import re
 import shutil
 import signal
+import struct
 import subprocess
 import sys
 import time
 
 import numpy as np
 import pytest
+from tensorboardX.proto import event_pb2
 
 from nmt_jax import inference
 from nmt_jax import train
@@ -45,9 +47,42 @@ def trained(tmp_path_factory):
       f'--config={CONFIG}',
       f'--workdir={workdir}',
       f'--config.compiler_options=--xla_dump_to={runs / "xla"}',
+      '--config.train.attention_images=2',
       *QUICK,
   )
   return workdir
+
+
+def _tensorboard_events(workdir):
+  """The Event protos of the workdir's TensorBoard files (TFRecord framing)."""
+  events = []
+  for name in sorted(os.listdir(workdir)):
+    if not name.startswith('events.out.tfevents'):
+      continue
+    with open(os.path.join(workdir, name), 'rb') as f:
+      data = f.read()
+    offset = 0
+    while offset < len(data):
+      (length,) = struct.unpack('<Q', data[offset : offset + 8])
+      record = data[offset + 12 : offset + 12 + length]  # after length's CRC
+      events.append(event_pb2.Event.FromString(record))
+      offset += 12 + length + 4  # the record's CRC
+  return events
+
+
+def test_validations_draw_the_attention_of_the_same_sentences(trained):
+  images = {}
+  for event in _tensorboard_events(trained):
+    for value in event.summary.value:
+      if value.HasField('image'):
+        images.setdefault(value.tag, []).append(
+            (event.step, value.image.encoded_image_string)
+        )
+  # The tiny preset validates at steps 2 and 4: two sentences each, as PNGs.
+  assert sorted(images) == ['valid/attention/0', 'valid/attention/1']
+  for drawn in images.values():
+    assert [step for step, _ in drawn] == [2, 4]
+    assert all(png.startswith(b'\x89PNG') for _, png in drawn)
 
 
 def test_compiler_options_reach_the_steps_a_run_compiles(trained):

@@ -139,6 +139,42 @@ def test_alignments_of_a_trained_copy_model_are_the_diagonal(
     ])
   # A small model after 600 steps: some links sit one position off.
   assert links > 100 and exact > 0.9 and near > 0.98
+  # Soft alignments: each sentence's attention matrix, in the text's order.
+  inference.evaluate(
+      _config(*extra, '--config.decode.alignments=soft'), [workdir]
+  )
+  assert not os.path.exists(os.path.join(workdir, 'eval_alignments.txt'))
+  with open(os.path.join(workdir, 'eval_hypotheses.txt')) as f:
+    hypotheses = f.read().splitlines()
+  task = restore.restore_for_inference(
+      validation.resolve(_config(*extra)), workdir
+  )[0]
+  sources = task.test_or_eval.source_text
+  with np.load(os.path.join(workdir, 'eval_alignments.npz')) as soft:
+    assert sorted(soft.files, key=int) == [str(i) for i in range(len(sources))]
+    mass = []
+    for i, (source, hypothesis, line) in enumerate(
+        zip(sources, hypotheses, alignments)
+    ):
+      matrix = soft[str(i)]
+      n = len(source.split())
+      assert matrix.dtype == np.float32
+      assert matrix.shape == (len(hypothesis.split()) + 1, n + 1)
+      np.testing.assert_allclose(matrix.sum(1), 1.0, atol=1e-5)
+      # Its argmax is the hard links (a link to the source EOS is none).
+      argmax = np.argmax(matrix[:-1], axis=1)
+      assert [(int(i), j) for j, i in enumerate(argmax) if i < n] == _links(
+          line
+      )
+      # The copy's attention: target word j on source word j (reversed: its
+      # mirror, the diagonal as read), within one position.
+      ordered = matrix[:, ::-1] if reverse else matrix
+      ordered = ordered[:, 1:] if reverse else ordered[:, :-1]  # words only
+      for j in range(min(n, len(matrix) - 1)):
+        mass.append((ordered[j, j], ordered[j, max(0, j - 1) : j + 2].sum()))
+  # Uniform attention would give 1 / (n + 1), ~0.18 here.
+  exact, near = np.mean(mass, axis=0)
+  assert exact > 0.5 and near > 0.85, (exact, near)
   # Attention maps are in reading order too.
   (translation,) = attention_maps.translate_with_attention(
       workdir, ['a b c d e f']
@@ -152,10 +188,11 @@ def test_alignments_of_a_trained_copy_model_are_the_diagonal(
   if not reverse:
     # An evaluation without alignments leaves none of an earlier one's.
     inference.evaluate(_config(), [workdir])
-    assert not os.path.exists(os.path.join(workdir, 'eval_alignments.txt'))
+    for name in ('eval_alignments.txt', 'eval_alignments.npz'):
+      assert not os.path.exists(os.path.join(workdir, name))
 
 
-def test_nbest_first_lines_are_the_translations(copy_model):
+def test_nbest_first_lines_are_the_translations(copy_model, tmp_path):
   # What --mode=translate prints, with and without --config.decode.nbest.
   sources = _lines('a b c d e f\nb b a\n\nc\n')
   best = inference.translate(_config(), [copy_model], sources)
@@ -171,6 +208,24 @@ def test_nbest_first_lines_are_the_translations(copy_model):
     scores = [float(e[3]) for e in mine]
     assert scores == sorted(scores, reverse=True)
   assert best[2] == ''
+  # Soft alignments of the same sentences, keyed by input line (blank: none).
+  soft = _config('--config.decode.alignments=soft')
+  with pytest.raises(errors.ConfigError, match='alignments_file'):
+    inference.translate(soft, [copy_model], sources)  # stdout: no file
+  assert (
+      inference.translate(
+          soft, [copy_model], sources, output=str(tmp_path / 'out.txt')
+      )
+      == best
+  )
+  with np.load(tmp_path / 'out.txt.alignments.npz') as matrices:
+    assert sorted(matrices.files) == ['0', '1', '3']
+    for index in (0, 1, 3):
+      words = len(sources[index].split())
+      assert matrices[str(index)].shape == (
+          len(best[index].split()) + 1,
+          words + 1,
+      )
 
 
 def test_scores_equal_the_loss_and_read_files_or_pairs(copy_model, tmp_path):

@@ -17,6 +17,8 @@ from nmt_jax import data
 from nmt_jax.config import validation
 from nmt_jax.data import batching
 from nmt_jax.data import dataset
+from nmt_jax.data.vocab import EOS
+from nmt_jax.decoding import outputs
 from nmt_jax.decoding import restore
 from nmt_jax.decoding import search
 from nmt_jax.model import seq2seq
@@ -97,9 +99,9 @@ def translate_with_attention(
       )
       extras.update(kind_extras)
       if reverse:  # the model read the source backwards: back to text order
-        weights = _reading_order(weights, axis=1)
+        weights = outputs.reading_order(weights, axis=1)
         if 'alpha' in extras:
-          extras['alpha'] = _reading_order(extras['alpha'], axis=0)
+          extras['alpha'] = outputs.reading_order(extras['alpha'], axis=0)
     if reverse:
       extras = _positions_in_reading_order(extras, length)
     translations.append(
@@ -114,10 +116,35 @@ def translate_with_attention(
   return translations
 
 
+def decoded_translations(
+    task, decoded, split: dataset.Split, count: int, reverse: bool, kind: str
+) -> List[Translation]:
+  """The first `count` sentences of an evaluation.Decoded, with attention.
+
+  `decoded` was decoded with attention weights (Evaluator.decode); the
+  weights [T, S] are its soft alignments, in reading order.
+  """
+  translations = []
+  for i in range(count):
+    hypothesis = decoded.nbest[i][0]
+    weights = decoded.attention(i, reverse)
+    ids = list(hypothesis.ids) + [EOS]
+    translations.append(
+        Translation(
+            _source_tokens(task, split.source[i], reverse),
+            [task.target_vocab.tokens[t] for t in ids[: len(weights)]],
+            weights,
+            {},
+            kind,
+        )
+    )
+  return translations
+
+
 def _source_tokens(task, ids, reverse: bool) -> List[str]:
   """One label per source id, EOS ('</s>') last, in reading order."""
   tokens = [task.source_vocab.tokens[t] for t in ids]
-  return list(_reading_order(np.array(tokens), 0)) if reverse else tokens
+  return list(outputs.reading_order(np.array(tokens), 0)) if reverse else tokens
 
 
 def _positions_in_reading_order(extras, length: int):
@@ -142,13 +169,6 @@ def _positions_in_reading_order(extras, length: int):
     extras['last'] = np.where(first <= length - 2, length - 2 - first, -1)
     extras['eos_kept'] = last >= length - 1
   return extras
-
-
-def _reading_order(values, axis: int):
-  """Reverses the source positions before EOS (the last) along `axis`."""
-  values = np.moveaxis(values, axis, 0)
-  values = np.concatenate([values[:-1][::-1], values[-1:]])
-  return np.moveaxis(values, 0, axis)
 
 
 def sample_sentences(workdir: str, count: int = 3) -> List[str]:

@@ -239,6 +239,10 @@ def get_config(arg=None):
   # on at most this many sentences (the final evaluation uses all of them).
   config.train.eval_beam_size = 1
   config.train.eval_num_sentences = 1_000
+  # At each validation, the attention of the first N validation sentences
+  # (greedy decoding, the same sentences every time) drawn as TensorBoard
+  # images, tags valid/attention/<i>; needs matplotlib. 0 = off; e.g. 3.
+  config.train.attention_images = 0
   # Flexible attention fine-tuning rewards strong position penalties g(t):
   # 'sentence' (Shu & Nakayama eq. 9): J = sum over sentences of
   # (NLL - beta * mean_t g(t)), divided by the batch's target tokens like the
@@ -306,8 +310,14 @@ def get_config(arg=None):
   config.decode.nbest = 0
   # 'pharaoh': translate/eval also write hard alignments 'i-j' (source token i,
   # target token j) from the argmax of the attention (memory attention:
-  # beta alpha^T). '' = off.
+  # beta alpha^T). 'soft': the attention matrices themselves, one [target
+  # tokens + EOS, source tokens + EOS] float32 array per sentence, keyed by
+  # its 0-based line, in a NumPy .npz file (eval: eval_alignments.npz; translate:
+  # alignments_file below). '' = off.
   config.decode.alignments = ''
+  # translate with alignments='soft': the .npz file of the matrices. '' =
+  # beside --output (<output>.alignments.npz); needed when writing to stdout.
+  config.decode.alignments_file = ''
   # Word vocabularies: each <unk> of a hypothesis becomes the source word it is
   # aligned to (Luong et al. 2015).
   config.decode.replace_unk = False

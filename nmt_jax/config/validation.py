@@ -6,6 +6,8 @@ what depends on the devices is checked where the mesh is made
 (train.make_mesh).
 """
 
+import importlib.util
+
 from nmt_jax import attention
 from nmt_jax.config import compiler_options
 from nmt_jax.data import batching
@@ -65,6 +67,7 @@ NON_NEGATIVE = (
     'train.profile_steps',
     'train.loss_chunk',
     'train.profile_from_step',
+    'train.attention_images',
     'decode.nbest',
     'decode.length_penalty',
     'model.output_hidden_size',
@@ -101,7 +104,7 @@ CHOICES = {
     'train.optimizer': ('adam', 'sgd'),
     'train.dropout_rng': ('threefry2x32', 'philox2x32'),
     'train.plateau_metric': ('bleu', 'loss'),
-    'decode.alignments': ('', 'pharaoh'),
+    'decode.alignments': ('', 'pharaoh', 'soft'),
     'decode.ensemble_average': ('log_probs', 'probs'),
     'parallel.mode': ('jit', 'pmap'),
     'data.vocab.kind': ('sentencepiece', 'word', 'char'),
@@ -189,6 +192,7 @@ def validate(config):
   _check_model(config.model)
   _check_data(config.data)
   _check_decode(config)
+  _check_attention_images(config)
   # data.batch_tokens holds a sentence of the longest bucket (train.make_mesh
   # checks a multiple of the device count).
   batching.training_batch_sizes(config)
@@ -285,6 +289,14 @@ def _check_decode(config):
         f'exceeds decode.beam_size={decode.beam_size}',
         'raise the beam or lower nbest',
     )
+  if decode.alignments_file and decode.alignments != 'soft':
+    raise errors.config_error(
+        'decode.alignments_file',
+        decode.alignments_file,
+        "is where translate writes decode.alignments='soft', but"
+        f' decode.alignments is {decode.alignments!r}',
+        'set --config.decode.alignments=soft, or drop the file',
+    )
   if decode.alignments or decode.replace_unk:
     kind = attention.get(config.model.attention.kind)
     if not kind.HAS_CONTEXT:
@@ -305,6 +317,27 @@ def _check_decode(config):
         'copies source words for <unk>, so it needs a word vocabulary of a'
         ' real corpus (data.vocab.kind=word, data.name=text:... or tfds:...)',
         'turn it off',
+    )
+
+
+def _check_attention_images(config):
+  images = config.train.attention_images
+  if not images:
+    return
+  if not attention.get(config.model.attention.kind).HAS_CONTEXT:
+    raise errors.config_error(
+        'train.attention_images',
+        images,
+        f'draws attention weights; kind {config.model.attention.kind!r} has'
+        ' none',
+        'set --config.train.attention_images=0',
+    )
+  if importlib.util.find_spec('matplotlib') is None:
+    raise errors.config_error(
+        'train.attention_images',
+        images,
+        'draws with matplotlib, which is not installed',
+        'pip install -e ".[notebooks]", or set it to 0',
     )
 
 

@@ -31,6 +31,10 @@ class Hypothesis(NamedTuple):
   ids: np.ndarray  # [T] token ids, EOS removed
   score: float  # greedy: log-probability; beam: / GNMT length penalty
   alignment: Optional[np.ndarray]  # [T] argmax source index (decode alignments)
+  # [T + 1, S] attention over the source (EOS included on both sides), in the
+  # order the model read it; the best hypothesis only, when decoded with
+  # attention weights.
+  attention: Optional[np.ndarray] = None
 
 
 def _strip(tokens) -> np.ndarray:
@@ -39,14 +43,29 @@ def _strip(tokens) -> np.ndarray:
   return tokens[: end[0]] if len(end) else tokens[tokens != PAD]
 
 
-def _nbest(out, row: int) -> List[Hypothesis]:
-  """The n-best list of one decoded row, best first (greedy: one entry)."""
-  aligned = lambda d, ids: None if d is None else d['alignment'][: len(ids)]
+def _nbest(out, row: int, length: int) -> List[Hypothesis]:
+  """The n-best list of one decoded row, best first (greedy: one entry).
+
+  `length`: the row's source tokens, EOS included.
+  """
+  diagnostics = out.diagnostics or {}
+  aligned = lambda d, ids: (
+      d['alignment'][: len(ids)] if d and 'alignment' in d else None
+  )
+  ids = _strip(out.tokens[row])  # the best hypothesis
+  attention = None
+  if 'attention' in diagnostics:
+    # Its EOS step too (a beam's unfinished fallback has none).
+    attention = diagnostics['attention'][row, : len(ids) + 1, :length]
   if out.nbest_tokens is None:
-    ids = _strip(out.tokens[row])
     row_diagnostics = jax.tree_util.tree_map(lambda x: x[row], out.diagnostics)
     return [
-        Hypothesis(ids, float(out.scores[row]), aligned(row_diagnostics, ids))
+        Hypothesis(
+            ids,
+            float(out.scores[row]),
+            aligned(row_diagnostics, ids),
+            attention,
+        )
     ]
   entries = []
   for k, score in enumerate(out.nbest_scores[row]):
@@ -57,6 +76,7 @@ def _nbest(out, row: int) -> List[Hypothesis]:
         lambda x, k=k: x[row, k], out.nbest_diagnostics
     )
     entries.append(Hypothesis(ids, float(score), aligned(hyp_diagnostics, ids)))
+  entries[0] = entries[0]._replace(attention=attention)
   return entries
 
 
@@ -129,7 +149,7 @@ def decode_split(
     lengths = np.sum(batch['source'] != PAD, axis=1)
     for row, index in enumerate(rows):
       if index >= 0:  # rows of -1 pad the batch
-        nbest[index] = _nbest(out, row)
+        nbest[index] = _nbest(out, row, int(lengths[row]))
     real = rows >= 0
     for total, sums in zip(windows, out.windows):
       total[rows[real]] = sums[real]
@@ -203,6 +223,18 @@ class Decoded:
     hypothesis = self.nbest[sentence][k]
     return outputs.source_positions(
         hypothesis.alignment, len(split.source[sentence]) - 1, reverse
+    )
+
+  def attention(self, sentence: int, reverse=False) -> np.ndarray:
+    """[T + 1, S] the best hypothesis's attention over the source, float32.
+
+    Rows: its tokens and EOS; columns: the source's tokens and EOS, in the
+    text's order (`reverse`: data.reverse_source undone). Decoded with
+    attention weights (Evaluator.decode).
+    """
+    hypothesis = self.nbest[sentence][0]
+    return outputs.soft_alignment(
+        hypothesis.attention, hypothesis.attention.shape[1], reverse
     )
 
 
@@ -281,13 +313,17 @@ class Evaluator:
       limit: Optional[int] = None,
       alignments: bool = False,
       profile_dir: Optional[str] = None,
+      attention_weights: bool = False,
+      batch_size: Optional[int] = None,
   ) -> Decoded:
     """Decodes the split's sources (the first `limit`).
 
-    With `alignments` each hypothesis has its argmax source positions; with
-    `profile_dir` the decoding pass is traced there.
+    With `alignments` each hypothesis has its argmax source positions, with
+    `attention_weights` the best one its attention (Decoded.attention); with
+    `profile_dir` the decoding pass is traced there. `batch_size`: sentences
+    per batch (default: decode.batch_size hypotheses' worth).
     """
-    key = (beam_size, alignments)
+    key = (beam_size, alignments, attention_weights)
     if key not in self._decoders:
       check_beam(beam_size, self.task)
       self._decoders[key] = search.make_decode_fn(
@@ -296,12 +332,15 @@ class Evaluator:
           beam_size,
           alignments=alignments,
           compiler_options=self.decode_compiler_options,
+          attention_weights=attention_weights,
       )
+    if batch_size is None:
+      batch_size = self.decode_batch_size(beam_size)
     nbest, stats = decode_split(
         self._decoders[key],
         params,
         split,
-        self.decode_batch_size(beam_size),
+        self.sentences_per_batch(batch_size),
         self.boundaries,
         limit,
         mesh=self.mesh,

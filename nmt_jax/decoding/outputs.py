@@ -1,8 +1,9 @@
 """Text formats of decoded and scored sentences.
 
 Pure functions from token ids, scores and alignments to lines: the Pharaoh
-alignment format, Luong et al. (2015)'s unknown-word replacement, Moses
-n-best lists and the score lines of --mode=score.
+alignment format, soft alignments (attention matrices in the text's order),
+Luong et al. (2015)'s unknown-word replacement, Moses n-best lists and the
+score lines of --mode=score.
 """
 
 from typing import List, Optional, Sequence
@@ -25,6 +26,28 @@ def source_positions(alignment, source_length: int, reversed_source: bool):
   if reversed_source:
     alignment = source_length - 1 - alignment
   return np.where(inside, alignment, -1)
+
+
+def reading_order(values, axis: int):
+  """Reverses the source positions before EOS (the last) along `axis`.
+
+  What a model that read its source backwards (data.reverse_source) attended
+  to, in the text's order; its own inverse.
+  """
+  values = np.moveaxis(values, axis, 0)
+  values = np.concatenate([values[:-1][::-1], values[-1:]])
+  return np.moveaxis(values, 0, axis)
+
+
+def soft_alignment(weights, source_length: int, reversed_source: bool):
+  """A hypothesis's attention [T, S_padded] -> [T, source_length] float32.
+
+  `source_length` counts the source's tokens with its EOS; the columns after
+  it (padding, zero weight) go, and with `reversed_source` the rest are put
+  back in the text's order (EOS stays last).
+  """
+  weights = np.asarray(weights, np.float32)[:, :source_length]
+  return reading_order(weights, 1) if reversed_source else weights
 
 
 def pharaoh(positions) -> str:

@@ -62,7 +62,9 @@ class DecodeOutput(NamedTuple):
   scores: jax.Array  # [B] its log-probability (length-normalised in beams)
   windows: Windows
   # Per step [B, T, ...] of the best hypothesis: every diagnostic
-  # (with_diagnostics) and/or 'alignment' (alignments: argmax source position).
+  # (with_diagnostics), 'alignment' (alignments: argmax source position) and
+  # 'attention' [B, T, S] (attention: the weights over source positions,
+  # float32; zeros on padding and after EOS).
   diagnostics: Optional[Dict[str, jax.Array]] = None
   nbest_tokens: Optional[jax.Array] = None  # [B, K, T] beam search only
   nbest_scores: Optional[jax.Array] = None  # [B, K] (-inf: empty slot)
@@ -100,26 +102,33 @@ def restrict(log_probs, step, limits):
   return jnp.where(never | last | over, NEG_INF, log_probs)
 
 
-def _recorded(diagnostics, with_diagnostics: bool, alignments: bool):
-  """What a search keeps of a step's diagnostics [N, ...] (None: nothing)."""
+def _recorded(diagnostics, with_diagnostics: bool, alignments: bool, soft):
+  """What a search keeps of a step's diagnostics [N, ...] (None: nothing).
+
+  `soft`: the weights over source positions [N, S] as 'attention'.
+  """
   kept = dict(diagnostics) if with_diagnostics else {}
   if alignments:
     weights = attention.source_weights(diagnostics)
     kept['alignment'] = jnp.argmax(weights, axis=-1).astype(jnp.int32)
+  if soft:
+    weights = attention.source_weights(diagnostics)
+    kept['attention'] = weights.astype(jnp.float32)
   return kept or None
 
 
-def _stepper(scorer, prepared, cache, with_diagnostics, alignments):
+def _stepper(scorer, prepared, cache, with_diagnostics, alignments, soft):
   """fn(state, tokens) -> (state, log_probs, kept diagnostics, diagnostics).
 
   `prepared`: scorer.prepare's params, made once outside the loop.
   """
+  with_weights = with_diagnostics or alignments or soft
 
   def step_fn(state, tokens):
     state, log_probs, diagnostics = scorer.step(
-        prepared, state, cache, tokens, with_diagnostics or alignments
+        prepared, state, cache, tokens, with_weights
     )
-    kept = _recorded(diagnostics, with_diagnostics, alignments)
+    kept = _recorded(diagnostics, with_diagnostics, alignments, soft)
     return state, log_probs, kept, diagnostics
 
   return step_fn
@@ -163,6 +172,7 @@ def greedy_search(
     offset: int,
     with_diagnostics: bool = False,
     alignments: bool = False,
+    attention_weights: bool = False,
     gate_table: str = 'auto',
     unroll: int = 1
 ) -> DecodeOutput:
@@ -173,7 +183,9 @@ def greedy_search(
   scorer = scorers.as_scorer(model)
   cache, state = scorer.encode(params, source)
   prepared = scorer.prepare(params, batch * steps, gate_table)
-  step_fn = _stepper(scorer, prepared, cache, with_diagnostics, alignments)
+  step_fn = _stepper(
+      scorer, prepared, cache, with_diagnostics, alignments, attention_weights
+  )
   kept = jax.eval_shape(step_fn, state, jnp.zeros((batch,), jnp.int32))[2]
   history = None if kept is None else _history(kept, steps)
 
@@ -238,6 +250,7 @@ def beam_search(
     offset: int,
     with_diagnostics: bool = False,
     alignments: bool = False,
+    attention_weights: bool = False,
     gate_table: str = 'auto',
     unroll: int = 1
 ) -> DecodeOutput:
@@ -263,7 +276,9 @@ def beam_search(
   flat_limits = repeat(limits)
   batch_offset = (jnp.arange(batch) * k)[:, None]  # [B, 1]
   prepared = scorer.prepare(params, batch * k * steps, gate_table)
-  step_fn = _stepper(scorer, prepared, cache, with_diagnostics, alignments)
+  step_fn = _stepper(
+      scorer, prepared, cache, with_diagnostics, alignments, attention_weights
+  )
 
   live_history = fin_history = None
   _, _, shapes, _ = jax.eval_shape(
@@ -422,11 +437,14 @@ def make_decode_fn(
     with_diagnostics: bool = False,
     alignments: bool = False,
     compiler_options=None,
+    attention_weights: bool = False,
 ):
   """Jitted fn(params, source) -> DecodeOutput for `beam_size` (1 = greedy).
 
   `model`: a seq2seq.Seq2Seq or a scorer (scorers.py). `compiler_options`:
-  XLA's, for jax.jit (nmt_jax/config/compiler_options.py).
+  XLA's, for jax.jit (nmt_jax/config/compiler_options.py). `alignments` /
+  `attention_weights`: the best hypothesis's argmax source positions /
+  attention over the source at each step (DecodeOutput.diagnostics).
   """
   beam_size = decode_config.beam_size if beam_size is None else beam_size
   common = dict(
@@ -434,6 +452,7 @@ def make_decode_fn(
       offset=decode_config.max_length_offset,
       with_diagnostics=with_diagnostics,
       alignments=alignments,
+      attention_weights=attention_weights,
       gate_table=decode_config.gate_table,
       unroll=decode_config.unroll,
   )

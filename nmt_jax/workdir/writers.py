@@ -16,6 +16,7 @@ import time
 from typing import Any, Callable, Dict, Optional
 
 from absl import logging
+import numpy as np
 import tensorboardX
 
 from nmt_jax.system import errors
@@ -67,6 +68,11 @@ class MetricWriter:
     if self.enabled and self._tensorboard is not None:
       self._tensorboard.add_text(tag, text, step)
 
+  def write_figure(self, step: int, tag: str, figure):
+    """A matplotlib figure as a TensorBoard image (the figure is closed)."""
+    if self.enabled and self._tensorboard is not None:
+      self._tensorboard.add_figure(tag, figure, step, close=True)
+
   def close(self):
     """Closes the files; a failure (a full disk) is a warning.
 
@@ -107,14 +113,16 @@ def _one_line_errors(path: str, tmp: Optional[str] = None):
     ) from None
 
 
-def _write_atomically(path: str, write: Callable[[Any], None]):
+def _write_atomically(
+    path: str, write: Callable[[Any], None], binary: bool = False
+):
   """write(file) into a temporary file, then renamed to `path`.
 
   A crash never leaves half a file; a failure leaves no temporary file.
   """
   tmp = f'{path}.tmp-{os.getpid()}'
   with _one_line_errors(path, tmp):
-    with open(tmp, 'w', encoding='utf-8') as f:
+    with open(tmp, 'wb') if binary else open(tmp, 'w', encoding='utf-8') as f:
       write(f)
     os.replace(tmp, path)
 
@@ -161,6 +169,11 @@ def check_writable(path: str, flag: str) -> str:
 def write_text(path: str, text: str):
   """Writes a text file atomically (temporary file, then rename)."""
   _write_atomically(path, lambda f: f.write(text))
+
+
+def write_npz(path: str, arrays: Dict[str, Any]):
+  """Writes NumPy arrays by name (np.savez) atomically."""
+  _write_atomically(path, lambda f: np.savez(f, **arrays), binary=True)
 
 
 def read_metrics(workdir: str):

@@ -250,22 +250,79 @@ def test_unknown_words_take_their_aligned_source_word():
 
 
 def test_memory_alignments_are_the_argmax_of_beta_alpha():
-  config, model, params = _model('memory', num_memory=3)
+  # softmax_time: alpha sums to 1 over the source, so beta alpha^T does too.
+  config, model, params = _model(
+      'memory', num_memory=3, encoder_scoring='softmax_time'
+  )
   source = batching.make_batch(_task().eval, range(6), 9)['source']
   out = search.make_decode_fn(
-      model, config.decode, 1, with_diagnostics=True, alignments=True
+      model,
+      config.decode,
+      1,
+      with_diagnostics=True,
+      alignments=True,
+      attention_weights=True,
   )(params, jnp.asarray(source))
   cache, _ = jax.jit(
       functools.partial(model.apply, method=seq2seq.Seq2Seq.encode)
   )({'params': params}, jnp.asarray(source))
   alpha = np.asarray(cache['alpha'])  # [B, S, K]
   beta = np.asarray(out.diagnostics['weights'])  # [B, T, K]
-  expected = np.argmax(np.einsum('btk,bsk->bts', beta, alpha), axis=-1)
+  soft = np.einsum('btk,bsk->bts', beta, alpha)
+  expected = np.argmax(soft, axis=-1)
   steps_taken = np.asarray(out.tokens) != 0
   np.testing.assert_array_equal(
       np.asarray(out.diagnostics['alignment'])[steps_taken],
       expected[steps_taken],
   )
+  # Soft alignments: beta alpha^T itself on the steps taken, zeros after EOS
+  # and on the source's padding; each step's row sums to 1.
+  attention = np.asarray(out.diagnostics['attention'])  # [B, T, S]
+  assert attention.dtype == np.float32
+  np.testing.assert_allclose(
+      attention, np.where(steps_taken[..., None], soft, 0.0), atol=1e-6
+  )
+  padding = (source == 0)[:, None, :]  # [B, 1, S]
+  assert padding.any() and not np.any(np.where(padding, attention, 0.0))
+  np.testing.assert_allclose(
+      attention.sum(-1), steps_taken.astype(np.float32), atol=1e-5
+  )
+
+
+@pytest.mark.parametrize('beam_size', [1, 3])
+def test_soft_alignments_are_distributions_with_the_hard_links_as_argmax(
+    beam_size,
+):
+  config, model, params = _model()
+  task = _task()
+  evaluator = evaluation.Evaluator(config, model, task, parallel.make_mesh())
+  decoded = evaluator.decode(
+      params,
+      task.eval,
+      beam_size,
+      limit=12,
+      alignments=True,
+      attention_weights=True,
+  )
+  plain = evaluator.decode(params, task.eval, beam_size, limit=12)
+  assert decoded.texts == plain.texts  # recording the weights changes nothing
+  for i, nbest in enumerate(decoded.nbest):
+    best, length = nbest[0], len(task.eval.source[i])
+    matrix = decoded.attention(i)
+    # Rows: the hypothesis's tokens and EOS; columns: the source's and EOS.
+    assert matrix.shape == (len(best.ids) + 1, length)
+    assert matrix.dtype == np.float32
+    np.testing.assert_allclose(matrix.sum(1), 1.0, atol=1e-5)
+    # The best hypothesis's (beam search carries it with the hypothesis).
+    np.testing.assert_array_equal(
+        np.argmax(matrix[:-1], axis=1), best.alignment
+    )
+    # data.reverse_source: the words' columns mirrored, EOS's last.
+    order = [*range(length - 2, -1, -1), length - 1]
+    np.testing.assert_array_equal(
+        decoded.attention(i, reverse=True), matrix[:, order]
+    )
+    assert all(h.attention is None for h in nbest[1:])
 
 
 # ----------------------------------------------------------------- reversal

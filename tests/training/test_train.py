@@ -125,6 +125,9 @@ def test_warmup_rsqrt_schedule():
         ('train.accumulate_steps', 0, 'must be > 0'),
         ('train.weight_decay', -0.1, 'must be >= 0'),
         ('train.ema_decay', 1.0, 'must be below 1'),
+        ('train.attention_images', -1, 'must be >= 0'),
+        ('decode.alignments', 'hard', "'', pharaoh, soft"),
+        ('decode.alignments_file', 'a.npz', "decode.alignments is ''"),
     ],
 )
 def test_validate_rejects_bad_values(field, value, message):
@@ -229,6 +232,14 @@ def test_flexible_finetuning_objective_rewards_strength():
   g_tuned = grads['tuned']['decoder']['attention']['strength_out']['bias']
   assert not np.allclose(g_plain, g_tuned)
   assert 0 < mean_g < 1
+
+
+def test_attention_images_need_attention():
+  config = defaults.get_config('tiny')
+  config.model.attention.kind = 'none'
+  config.train.attention_images = 2
+  with pytest.raises(errors.ConfigError, match="kind 'none' has none"):
+    validation.resolve(config)
 
 
 def test_beta_needs_flexible_attention():
