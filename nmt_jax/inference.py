@@ -56,8 +56,19 @@ def _texts(config, task, decoded, split, k_best: int):
   return rows
 
 
+def _nbest_size(decode) -> int:
+  """Hypotheses per sentence in the n-best output (0: none): decode.nbest;
+  sampling with several samples and no decode.nbest: all of them."""
+  if decode.method == 'sample' and not decode.nbest and decode.num_samples > 1:
+    return decode.num_samples
+  return decode.nbest
+
+
 def _decode(config, evaluator, params, split, profile_dir=None):
-  """Decodes with the alignments the config asks for -> (decoded, rows)."""
+  """Decodes with the method and alignments the config asks for.
+
+  -> (decoded, rows).
+  """
   aligned = bool(config.decode.alignments or config.decode.replace_unk)
   decoded = evaluator.decode(
       params,
@@ -65,9 +76,10 @@ def _decode(config, evaluator, params, split, profile_dir=None):
       config.decode.beam_size,
       alignments=aligned,
       profile_dir=profile_dir,
+      method=config.decode.method,
   )
   rows = _texts(
-      config, evaluator.task, decoded, split, max(1, config.decode.nbest)
+      config, evaluator.task, decoded, split, max(1, _nbest_size(config.decode))
   )
   decoded.texts = [row[0][0] for row in rows]
   return decoded, rows
@@ -83,7 +95,9 @@ def evaluate(
   decode.step = N, that checkpoint, and the files go into
   <workdir>/eval_step_<N>/ (the record into metrics.jsonl). An ensemble
   writes into the folder `output`. With decode.nbest / decode.alignments,
-  eval_nbest.txt / eval_alignments.txt too.
+  eval_nbest.txt / eval_alignments.txt too. With decode.method=sample the
+  hypotheses are the first samples, and eval_nbest.txt lists the samples
+  (all of them without decode.nbest, when there are several).
   """
   config = validation.resolve(config)
   if (
@@ -124,10 +138,12 @@ def evaluate(
       folders.remove_if_empty(target, created)  # nothing left by a failure
     raise
   logging.info(
-      'evaluation of %s (beam %d): BLEU %.2f | chrF %.2f | RIBES %.4f | '
+      'evaluation of %s (%s): BLEU %.2f | chrF %.2f | RIBES %.4f | '
       'avg window %.1f | %.2f ms/sentence',
       f'step {step}' if len(paths) == 1 else f'the ensemble of {len(paths)}',
-      config.decode.beam_size,
+      'first samples'
+      if config.decode.method == 'sample'
+      else f'beam {config.decode.beam_size}',
       result['bleu'],
       result['chrf'],
       result['ribes'],
@@ -151,6 +167,11 @@ def _evaluate_locked(config, paths: Sequence[str], target: str):
     profiling.check_folder(profile_dir, 'decode.profile')
   decoded, rows = _decode(config, evaluator, params, split, profile_dir)
   result = evaluator.metrics(params, split, decoded, config.decode.beam_size)
+  if config.decode.method == 'sample':  # the metrics of the first samples
+    del result['beam_size']
+    result['decode_method'] = 'sample'
+    for name in ('num_samples', 'temperature', 'top_k', 'top_p', 'sample_seed'):
+      result[name] = config.decode[name]
   result['eval_split'] = 'test' if task.test is not None else 'validation'
   step = checkpoint_steps[0]
   if len(paths) > 1:
@@ -175,12 +196,12 @@ def _write_eval(config, target: str, result, rows, record_in: Optional[str]):
   alignments = os.path.join(target, 'eval_alignments.txt')
   # An earlier evaluation's files would no longer match these hypotheses.
   for path, wanted in (
-      (nbest, config.decode.nbest),
+      (nbest, _nbest_size(config.decode)),
       (alignments, config.decode.alignments),
   ):
     if not wanted and os.path.exists(path):
       os.remove(path)
-  if config.decode.nbest:
+  if _nbest_size(config.decode):
     writers.write_text(
         nbest, ''.join(_nbest_lines(i, row) for i, row in enumerate(rows))
     )
@@ -225,8 +246,9 @@ def translate(config, paths: Sequence[str], lines) -> List[str]:
   """Translates source `lines` -> output lines.
 
   One translation per input line (a blank line gives a blank line), followed
-  by ' ||| alignment' with decode.alignments; with decode.nbest, the n-best
-  lines of every non-blank input line instead, numbered by input line from 0.
+  by ' ||| alignment' with decode.alignments; with decode.nbest (or several
+  decode.num_samples), the n-best lines of every non-blank input line
+  instead, numbered by input line from 0 (sampling: the samples in order).
   """
   config = validation.resolve(config)
   numbered = _numbered(lines)
@@ -247,7 +269,7 @@ def translate(config, paths: Sequence[str], lines) -> List[str]:
   _check_lengths(config, split.source, [n for n, _ in numbered], 'input')
   evaluator = evaluation.Evaluator(config, scorer, task, mesh)
   _, rows = _decode(config, evaluator, params, split)
-  if config.decode.nbest:
+  if _nbest_size(config.decode):
     return [
         _nbest_lines(number - 1, row).rstrip('\n')
         for (number, _), row in zip(numbered, rows)
