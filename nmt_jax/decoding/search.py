@@ -5,9 +5,10 @@ per-token loop is a `lax.while_loop`, never Python. The searches take a model
 or a scorer (scorers.py: one model or an ensemble, whose params are then a
 tuple of the members' parameters). Every row of a batch is decoded apart
 (its own length limit, its own stopping test), so outputs do not depend on
-the batch size or on source padding; sampling draws with keys made from each
-sentence's own tokens (sample_keys), so its samples do not either. `unroll` runs several steps per loop
-iteration (fewer iterations, the same output).
+the batch size or on source padding; sampling draws with keys made from
+each sentence's own tokens (sampling.sample_keys), so its samples do not
+either. `unroll` runs several steps per loop iteration (fewer iterations,
+the same output).
 
 Length limit: a hypothesis of a source with n tokens (EOS included) has at
 most floor(ratio * n) + offset tokens, EOS included; at that last step only
@@ -25,6 +26,7 @@ from nmt_jax import attention
 from nmt_jax.data.vocab import BOS
 from nmt_jax.data.vocab import EOS
 from nmt_jax.data.vocab import PAD
+from nmt_jax.decoding import sampling
 from nmt_jax.decoding import scorers
 from nmt_jax.model import seq2seq
 
@@ -265,53 +267,6 @@ def greedy_search(
   )
 
 
-def sample_keys(seed: int, source, samples: int):
-  """[B * samples] PRNG keys, row b * samples + j for sample j of sentence b.
-
-  Sample j of a sentence gets the key of `seed` with the sentence's token ids
-  (PAD skipped) and then j folded in: the same key whatever the batch, the
-  row, the padding or the number of samples (two identical sources get the
-  same samples). Threefry, whatever JAX's default generator.
-  """
-  batch = source.shape[0]
-  keys = jnp.broadcast_to(jax.random.key(seed, impl='threefry2x32'), (batch,))
-  fold = jax.vmap(jax.random.fold_in)
-
-  def add_token(keys, tokens):  # keys [B], tokens [B]
-    return jnp.where(tokens != PAD, fold(keys, tokens), keys), None
-
-  keys, _ = jax.lax.scan(add_token, keys, source.T)
-  keys = jnp.repeat(keys, samples)
-  return fold(keys, jnp.tile(jnp.arange(samples), batch))
-
-
-def sample_tokens(
-    log_probs, keys, temperature: float, top_k: int, top_p: float
-):
-  """One word per row drawn from log_probs [N, V] with keys [N] -> [N].
-
-  The distribution is softmax(log_probs / temperature), cut to its top_k
-  most probable words (0: all), then to its nucleus (Holtzman et al. 2020):
-  the fewest most probable words whose probability, in the top-k
-  distribution, reaches top_p (1: all), and renormalised. A word at -inf
-  (`restrict`) is never drawn.
-  """
-  logits = log_probs / temperature
-  words = None  # the word id of each column of `logits`; None: all
-  vocab = logits.shape[-1]
-  if 0 < top_k < vocab or top_p < 1:
-    # Sorted, most probable first (ties: the lower id first).
-    logits, words = jax.lax.top_k(logits, min(top_k or vocab, vocab))
-  if top_p < 1:
-    probs = jax.nn.softmax(logits, axis=-1)
-    before = jnp.cumsum(probs, axis=-1) - probs  # 0 for the most probable
-    logits = jnp.where(before < top_p, logits, NEG_INF)
-  drawn = jax.vmap(jax.random.categorical)(keys, logits)
-  if words is not None:
-    drawn = jnp.take_along_axis(words, drawn[:, None], -1)[:, 0]
-  return drawn.astype(jnp.int32)
-
-
 def sample_search(
     model: seq2seq.Seq2Seq,
     params,
@@ -331,19 +286,21 @@ def sample_search(
 ) -> DecodeOutput:
   """num_samples samples of each sentence of source [B, S] -> DecodeOutput.
 
-  Each sample draws its words one by one (sample_tokens) under the length
-  limits and word masks of the searches (`restrict`), with the keys of
-  sample_keys folded with the step. nbest_tokens [B, N, T] and nbest_scores
-  [B, N] hold the samples in order (not ranked); a score is the sample's
-  log-probability under the model, untempered and untruncated (the
+  Each sample draws its words one by one (sampling.sample_tokens) under the
+  length limits and word masks of the searches (`restrict`), with its key
+  (sampling.sample_keys) and the step folded in. nbest_tokens [B, N, T] and
+  nbest_scores [B, N] hold the samples in order (not ranked); a score is the
+  sample's log-probability under the model, untempered and untruncated (the
   teacher-forced log-probability of its tokens). tokens / scores are sample
   0, which does not depend on num_samples.
   """
-  keys = sample_keys(seed, source, num_samples)
+  keys = sampling.sample_keys(seed, source, num_samples)
 
   def draw(log_probs, step):
     step_keys = jax.vmap(jax.random.fold_in, (0, None))(keys, step)
-    return sample_tokens(log_probs, step_keys, temperature, top_k, top_p)
+    return sampling.sample_tokens(
+        log_probs, step_keys, temperature, top_k, top_p
+    )
 
   out = _decode_rows(
       model,

@@ -13,6 +13,7 @@ from nmt_jax.config import validation
 from nmt_jax.data.vocab import BOS
 from nmt_jax.data.vocab import EOS
 from nmt_jax.data.vocab import PAD
+from nmt_jax.decoding import sampling
 from nmt_jax.decoding import scorers
 from nmt_jax.decoding import search
 from nmt_jax.system import errors
@@ -138,7 +139,7 @@ def test_top_p_draws_from_exactly_the_nucleus(temperature, top_k, top_p, size):
   keys = jax.random.split(jax.random.key(7), draws)
   drawn = jax.jit(
       functools.partial(
-          search.sample_tokens,
+          sampling.sample_tokens,
           temperature=temperature,
           top_k=top_k,
           top_p=top_p,
