@@ -56,8 +56,19 @@ def _texts(config, task, decoded, split, k_best: int):
   return rows
 
 
+def _nbest_size(decode) -> int:
+  """Hypotheses per sentence in the n-best output (0: none): decode.nbest;
+  sampling with several samples and no decode.nbest: all of them."""
+  if decode.method == 'sample' and not decode.nbest and decode.num_samples > 1:
+    return decode.num_samples
+  return decode.nbest
+
+
 def _decode(config, evaluator, params, split, profile_dir=None):
-  """Decodes with the alignments the config asks for -> (decoded, rows)."""
+  """Decodes with the method and alignments the config asks for.
+
+  -> (decoded, rows).
+  """
   aligned = bool(config.decode.alignments or config.decode.replace_unk)
   decoded = evaluator.decode(
       params,
@@ -66,9 +77,10 @@ def _decode(config, evaluator, params, split, profile_dir=None):
       alignments=aligned,
       profile_dir=profile_dir,
       attention_weights=config.decode.alignments == 'soft',
+      method=config.decode.method,
   )
   rows = _texts(
-      config, evaluator.task, decoded, split, max(1, config.decode.nbest)
+      config, evaluator.task, decoded, split, max(1, _nbest_size(config.decode))
   )
   decoded.texts = [row[0][0] for row in rows]
   return decoded, rows
@@ -85,7 +97,9 @@ def evaluate(
   <workdir>/eval_step_<N>/ (the record into metrics.jsonl). An ensemble
   writes into the folder `output`. With decode.nbest / decode.alignments,
   eval_nbest.txt / eval_alignments.txt (pharaoh) or eval_alignments.npz
-  (soft) too.
+  (soft) too. With decode.method=sample the hypotheses are the first
+  samples, and eval_nbest.txt lists the samples (all of them without
+  decode.nbest, when there are several).
   """
   config = validation.resolve(config)
   if (
@@ -126,10 +140,12 @@ def evaluate(
       folders.remove_if_empty(target, created)  # nothing left by a failure
     raise
   logging.info(
-      'evaluation of %s (beam %d): BLEU %.2f | chrF %.2f | RIBES %.4f | '
+      'evaluation of %s (%s): BLEU %.2f | chrF %.2f | RIBES %.4f | '
       'avg window %.1f | %.2f ms/sentence',
       f'step {step}' if len(paths) == 1 else f'the ensemble of {len(paths)}',
-      config.decode.beam_size,
+      'first samples'
+      if config.decode.method == 'sample'
+      else f'beam {config.decode.beam_size}',
       result['bleu'],
       result['chrf'],
       result['ribes'],
@@ -153,6 +169,11 @@ def _evaluate_locked(config, paths: Sequence[str], target: str):
     profiling.check_folder(profile_dir, 'decode.profile')
   decoded, rows = _decode(config, evaluator, params, split, profile_dir)
   result = evaluator.metrics(params, split, decoded, config.decode.beam_size)
+  if config.decode.method == 'sample':  # the metrics of the first samples
+    del result['beam_size']
+    result['decode_method'] = 'sample'
+    for name in ('num_samples', 'temperature', 'top_k', 'top_p', 'sample_seed'):
+      result[name] = config.decode[name]
   result['eval_split'] = 'test' if task.test is not None else 'validation'
   step = checkpoint_steps[0]
   if len(paths) > 1:
@@ -198,13 +219,13 @@ def _write_eval(
   soft_alignments = os.path.join(target, 'eval_alignments.npz')
   # An earlier evaluation's files would no longer match these hypotheses.
   for path, wanted in (
-      (nbest, config.decode.nbest),
+      (nbest, _nbest_size(config.decode)),
       (alignments, config.decode.alignments == 'pharaoh'),
       (soft_alignments, soft is not None),
   ):
     if not wanted and os.path.exists(path):
       os.remove(path)
-  if config.decode.nbest:
+  if _nbest_size(config.decode):
     writers.write_text(
         nbest, ''.join(_nbest_lines(i, row) for i, row in enumerate(rows))
     )
@@ -281,9 +302,10 @@ def translate(
   """Translates source `lines` -> output lines.
 
   One translation per input line (a blank line gives a blank line), followed
-  by ' ||| alignment' with decode.alignments='pharaoh'; with decode.nbest, the
-  n-best lines of every non-blank input line instead, numbered by input line
-  from 0. With decode.alignments='soft' the attention matrices go to
+  by ' ||| alignment' with decode.alignments='pharaoh'; with decode.nbest
+  (or several decode.num_samples), the n-best lines of every non-blank input
+  line instead, numbered by input line from 0 (sampling: the samples in
+  order). With decode.alignments='soft' the attention matrices go to
   alignments_file(config, output) (`output`: the file the lines go to, None
   for stdout), keyed by 0-based input line.
   """
@@ -314,7 +336,7 @@ def translate(
         soft_file,
         _soft_alignments(config, decoded, [n - 1 for n, _ in numbered]),
     )
-  if config.decode.nbest:
+  if _nbest_size(config.decode):
     return [
         _nbest_lines(number - 1, row).rstrip('\n')
         for (number, _), row in zip(numbered, rows)

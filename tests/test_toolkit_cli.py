@@ -16,6 +16,7 @@ import functools
 import gzip
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -226,6 +227,49 @@ def test_nbest_first_lines_are_the_translations(copy_model, tmp_path):
           len(best[index].split()) + 1,
           words + 1,
       )
+
+
+def test_translate_and_eval_draw_samples(copy_model, tmp_path):
+  # A hot temperature, so that the copy model's samples differ.
+  sample = ['--config.decode.method=sample', '--config.decode.temperature=3.0']
+  sources = 'a b c d e f\nb b a\n\nc\n'
+  printed = nmt(
+      *COPY,
+      *sample,
+      '--config.decode.num_samples=4',
+      f'--workdir={copy_model}',
+      '--mode=translate',
+      input_text=sources,
+  ).stdout.splitlines()
+  entries = [line.split(' ||| ') for line in printed]
+  assert all(len(e) == 4 and e[2] == f'F0= {e[3]}' for e in entries)
+  assert [int(e[0]) for e in entries] == [0] * 4 + [1] * 4 + [3] * 4
+  assert len({e[1] for e in entries}) > 3  # they are samples
+  # One sample: one line per input line, each the first of the four.
+  first = inference.translate(_config(*sample), [copy_model], _lines(sources))
+  assert first == [entries[0][1], entries[4][1], '', entries[8][1]]
+  # Their scores: the log-probability --mode=score gives the pair.
+  rows = _lines(sources)
+  pairs = [(1, rows[int(e[0])], e[1]) for e in entries]
+  totals = [
+      float(line.split('\t')[0])
+      for line in inference.score(_config(), [copy_model], pairs)
+  ]
+  np.testing.assert_allclose([float(e[3]) for e in entries], totals, atol=1e-4)
+  # eval (in a copy: the workdir keeps its beam search's files): the first
+  # samples as hypotheses, all of them in the n-best file.
+  workdir = str(tmp_path / 'copy')
+  shutil.copytree(copy_model, workdir)
+  result = inference.evaluate(
+      _config(*sample, '--config.decode.num_samples=2'), [workdir]
+  )
+  assert result['decode_method'] == 'sample' and 'beam_size' not in result
+  nbest = (tmp_path / 'copy' / 'eval_nbest.txt').read_text().splitlines()
+  hypotheses = (tmp_path / 'copy' / 'eval_hypotheses.txt').read_text()
+  assert len(nbest) == 2 * result['num_sentences']
+  assert [line.split(' ||| ')[1] for line in nbest[::2]] == (
+      hypotheses.splitlines()
+  )
 
 
 def test_scores_equal_the_loss_and_read_files_or_pairs(copy_model, tmp_path):

@@ -228,6 +228,13 @@ def _windows_over_source(run: RunRecord) -> bool:
   )
 
 
+def _decoding(result) -> str:
+  """How an eval_results.json decoded: 'beam 5', or 'sampled'."""
+  if 'beam_size' in result:
+    return f'beam {result["beam_size"]}'
+  return 'sampled'
+
+
 def plot_tau_tradeoff(
     runs: Sequence[RunRecord],
     references: Sequence[RunRecord] = (),
@@ -276,7 +283,7 @@ def plot_tau_tradeoff(
           result['bleu'],
           marker='s',
           linestyle='',
-          label=f'{run.name} (beam {result["beam_size"]})',
+          label=f'{run.name} ({_decoding(result)})',
       )
   ax.set(
       xlabel=(

@@ -283,7 +283,24 @@ def get_config(arg=None):
 
   # ---------------------------------------------------------------- decoding
   config.decode = ml_collections.ConfigDict()
+  # eval/translate decode with 'search' (greedy at beam_size 1, else beam
+  # search) or 'sample': num_samples random translations of each sentence
+  # (back-translation, diversity). Validation during training always searches.
+  config.decode.method = 'search'
   config.decode.beam_size = 5
+  # Sampling (method='sample'; beam_size and length_penalty then unused): each
+  # word drawn from softmax(log-probabilities / temperature) cut to the top_k
+  # most probable words (0 = all), then to the nucleus, the fewest most
+  # probable words whose probability reaches top_p (1.0 = all). num_samples
+  # per sentence, in order, the first in the hypotheses file; their scores
+  # are the model's untempered log-probabilities. A sample's key comes from
+  # sample_seed and the sentence's tokens, not its batch: identical source
+  # lines get identical samples.
+  config.decode.temperature = 1.0
+  config.decode.top_k = 0
+  config.decode.top_p = 1.0
+  config.decode.num_samples = 1
+  config.decode.sample_seed = 0
   # GNMT length penalty ((5 + len) / 6) ** alpha; 0 = raw log-probability.
   config.decode.length_penalty = 0.6
   # A hypothesis has at most ratio * source_length + offset tokens (incl. EOS).
@@ -298,7 +315,8 @@ def get_config(arg=None):
   # None = the best.
   config.decode.step = ml_collections.config_dict.placeholder(int)
   # Hypotheses per decoding batch: greedy search decodes batch_size
-  # sentences at a time, beam search batch_size // beam_size.
+  # sentences at a time, beam search batch_size // beam_size, sampling
+  # batch_size // num_samples.
   config.decode.batch_size = 256
   # Decode each split this many times and report the fastest pass as
   # decoding time (min over repeats filters out other work on the machine;
@@ -306,7 +324,8 @@ def get_config(arg=None):
   config.decode.timing_repeats = 1
   # translate/eval write the N best hypotheses of each sentence in Moses
   # n-best format, 'i ||| hypothesis ||| F0= score ||| score' (0 = off; at
-  # most beam_size).
+  # most beam_size; sampling: the first N samples, at most num_samples, and
+  # 0 with num_samples > 1 writes all of them).
   config.decode.nbest = 0
   # 'pharaoh': translate/eval also write hard alignments 'i-j' (source token i,
   # target token j) from the argmax of the attention (memory attention:

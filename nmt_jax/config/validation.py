@@ -43,6 +43,9 @@ POSITIVE = (
     'decode.batch_size',
     'decode.unroll',
     'decode.timing_repeats',
+    'decode.temperature',
+    'decode.top_p',
+    'decode.num_samples',
     'data.max_length',
     'data.min_length',
     'data.num_symbols',
@@ -69,6 +72,7 @@ NON_NEGATIVE = (
     'train.profile_from_step',
     'train.attention_images',
     'decode.nbest',
+    'decode.top_k',
     'decode.length_penalty',
     'model.output_hidden_size',
     'model.readout_size',
@@ -91,6 +95,15 @@ BELOW_ONE = {
         'use e.g. 0.999, or 0 for none',
     ),
 }
+SEEDS = ('seed', 'decode.sample_seed')
+# Sampling's fields (decode.method='sample') and their values that leave
+# sampling as it is: another value under search would go unused.
+SAMPLING = {
+    'decode.temperature': 1.0,
+    'decode.top_k': 0,
+    'decode.top_p': 1.0,
+    'decode.num_samples': 1,
+}
 CHOICES = {
     'model.query': ('current', 'previous'),
     'model.readout': ('luong', 'bahdanau_maxout'),
@@ -105,6 +118,7 @@ CHOICES = {
     'train.dropout_rng': ('threefry2x32', 'philox2x32'),
     'train.plateau_metric': ('bleu', 'loss'),
     'decode.alignments': ('', 'pharaoh', 'soft'),
+    'decode.method': ('search', 'sample'),
     'decode.ensemble_average': ('log_probs', 'probs'),
     'parallel.mode': ('jit', 'pmap'),
     'data.vocab.kind': ('sentencepiece', 'word', 'char'),
@@ -150,12 +164,14 @@ def validate(config):
       raise errors.config_error(
           field, _get(config, field), f'must be below 1{why}', fix
       )
-  if not (
-      isinstance(config.seed, int) and 0 <= config.seed < 2**32
-  ) or isinstance(config.seed, bool):
-    raise errors.config_error(
-        'seed', config.seed, 'must be an integer in [0, 2**32)', 'use e.g. 0'
-    )
+  for field in SEEDS:
+    seed = _get(config, field)
+    if not (isinstance(seed, int) and 0 <= seed < 2**32) or isinstance(
+        seed, bool
+    ):
+      raise errors.config_error(
+          field, seed, 'must be an integer in [0, 2**32)', 'use e.g. 0'
+      )
   vocab = config.data.vocab
   if vocab.kind == 'sentencepiece':
     errors.positive('data.vocab.size', vocab.size)
@@ -282,13 +298,37 @@ def _check_decode(config):
   compiler_options.parse(
       decode.get('compiler_options', ''), compiler_options.DECODE_FIELD
   )
-  if decode.nbest > decode.beam_size:
+  if decode.top_p > 1:
     raise errors.config_error(
-        'decode.nbest',
-        decode.nbest,
-        f'exceeds decode.beam_size={decode.beam_size}',
-        'raise the beam or lower nbest',
+        'decode.top_p',
+        decode.top_p,
+        'must be in (0, 1] (a probability mass)',
+        'use e.g. 0.9, or 1.0 for every word',
     )
+  if decode.method == 'sample':
+    if decode.nbest > decode.num_samples:
+      raise errors.config_error(
+          'decode.nbest',
+          decode.nbest,
+          f'exceeds decode.num_samples={decode.num_samples}',
+          'draw more samples or lower nbest',
+      )
+  else:
+    for field, value in SAMPLING.items():
+      if _get(config, field) != value:
+        raise errors.config_error(
+            field,
+            _get(config, field),
+            f'is a sampling setting, but decode.method is {decode.method!r}',
+            f'add --config.decode.method=sample, or leave it at {value}',
+        )
+    if decode.nbest > decode.beam_size:
+      raise errors.config_error(
+          'decode.nbest',
+          decode.nbest,
+          f'exceeds decode.beam_size={decode.beam_size}',
+          'raise the beam or lower nbest',
+      )
   if decode.alignments_file and decode.alignments != 'soft':
     raise errors.config_error(
         'decode.alignments_file',

@@ -29,7 +29,8 @@ class Hypothesis(NamedTuple):
   """One decoded hypothesis."""
 
   ids: np.ndarray  # [T] token ids, EOS removed
-  score: float  # greedy: log-probability; beam: / GNMT length penalty
+  # greedy, sampling: log-probability; beam: / GNMT length penalty
+  score: float
   alignment: Optional[np.ndarray]  # [T] argmax source index (decode alignments)
   # [T + 1, S] attention over the source (EOS included on both sides), in the
   # order the model read it; the best hypothesis only, when decoded with
@@ -214,8 +215,9 @@ def check_beam(beam_size: int, task: dataset.Task):
 class Decoded:
   """A decoded split: texts and, per sentence, its n-best list."""
 
-  texts: List[str]  # the best hypothesis of each sentence
-  nbest: List[List[Hypothesis]]  # best first, at most the beam size
+  texts: List[str]  # the best hypothesis of each sentence (or first sample)
+  # Best first, at most the beam size (sampling: the samples in order).
+  nbest: List[List[Hypothesis]]
   info: Dict[str, Any]  # window and timing metrics
 
   def positions(self, split, sentence: int, k: int = 0, reverse=False):
@@ -242,9 +244,9 @@ class Evaluator:
   """Scoring and decoding of a split with one model or an ensemble.
 
   `model`: a seq2seq.Seq2Seq or a scorer (scorers.py). The jitted functions
-  are cached; `executables[beam_size]` holds the decoders compiled by the
-  last pass with that beam, by argument shape (`bench decode` reads their
-  HLO).
+  are cached; `executables[beam_size]` (sampling: `executables['sample']`)
+  holds the decoders compiled by the last pass with that beam, by argument
+  shape (`bench decode` reads their HLO).
   """
 
   def __init__(self, config, model, task: dataset.Task, mesh):
@@ -300,7 +302,8 @@ class Evaluator:
     return max(devices, size // devices * devices)
 
   def decode_batch_size(self, beam_size: int) -> int:
-    """Sentences per decoding batch: decode.batch_size hypotheses."""
+    """Sentences per decoding batch: decode.batch_size hypotheses
+    (`beam_size` of them per sentence: the beam, or the samples)."""
     return self.sentences_per_batch(
         max(1, self.config.decode.batch_size // beam_size)
     )
@@ -315,17 +318,23 @@ class Evaluator:
       profile_dir: Optional[str] = None,
       attention_weights: bool = False,
       batch_size: Optional[int] = None,
+      method: str = 'search',
   ) -> Decoded:
     """Decodes the split's sources (the first `limit`).
 
     With `alignments` each hypothesis has its argmax source positions, with
     `attention_weights` the best one its attention (Decoded.attention); with
     `profile_dir` the decoding pass is traced there. `batch_size`: sentences
-    per batch (default: decode.batch_size hypotheses' worth).
+    per batch (default: decode.batch_size hypotheses' worth). `method`
+    'sample' draws decode.num_samples samples of each sentence instead of
+    searching (`beam_size` unused; its n-best lists are the samples in order).
     """
-    key = (beam_size, alignments, attention_weights)
+    sampling = method == 'sample'
+    width = self.config.decode.num_samples if sampling else beam_size
+    key = (method, width, alignments, attention_weights)
     if key not in self._decoders:
-      check_beam(beam_size, self.task)
+      if not sampling:
+        check_beam(beam_size, self.task)
       self._decoders[key] = search.make_decode_fn(
           self.scorer,
           self.config.decode,
@@ -333,9 +342,10 @@ class Evaluator:
           alignments=alignments,
           compiler_options=self.decode_compiler_options,
           attention_weights=attention_weights,
+          method=method,
       )
     if batch_size is None:
-      batch_size = self.decode_batch_size(beam_size)
+      batch_size = self.decode_batch_size(width)
     nbest, stats = decode_split(
         self._decoders[key],
         params,
@@ -347,7 +357,7 @@ class Evaluator:
         timing_repeats=self.config.decode.timing_repeats,
         profile_dir=profile_dir,
     )
-    self.executables[beam_size] = stats['executables']
+    self.executables[method if sampling else beam_size] = stats['executables']
     count = max(len(nbest), 1)
     info = window_metrics(stats['windows'], stats['source_lengths'])
     info['decode_ms_per_sentence'] = 1000 * stats['decode_seconds'] / count

@@ -1,12 +1,14 @@
-"""Greedy search, beam search and teacher-forced decoding.
+"""Greedy search, beam search, sampling and teacher-forced decoding.
 
-All three are pure functions of (params, source) compiled with jit; the
+All four are pure functions of (params, source) compiled with jit; the
 per-token loop is a `lax.while_loop`, never Python. The searches take a model
 or a scorer (scorers.py: one model or an ensemble, whose params are then a
 tuple of the members' parameters). Every row of a batch is decoded apart
 (its own length limit, its own stopping test), so outputs do not depend on
-the batch size or on source padding. `unroll` runs several steps per loop
-iteration (fewer iterations, the same output).
+the batch size or on source padding; sampling draws with keys made from
+each sentence's own tokens (sampling.sample_keys), so its samples do not
+either. `unroll` runs several steps per loop iteration (fewer iterations,
+the same output).
 
 Length limit: a hypothesis of a source with n tokens (EOS included) has at
 most floor(ratio * n) + offset tokens, EOS included; at that last step only
@@ -24,6 +26,7 @@ from nmt_jax import attention
 from nmt_jax.data.vocab import BOS
 from nmt_jax.data.vocab import EOS
 from nmt_jax.data.vocab import PAD
+from nmt_jax.decoding import sampling
 from nmt_jax.decoding import scorers
 from nmt_jax.model import seq2seq
 
@@ -66,7 +69,8 @@ class DecodeOutput(NamedTuple):
   # 'attention' [B, T, S] (attention: the weights over source positions,
   # float32; zeros on padding and after EOS).
   diagnostics: Optional[Dict[str, jax.Array]] = None
-  nbest_tokens: Optional[jax.Array] = None  # [B, K, T] beam search only
+  # Beam search: the K best, best first; sampling: the samples in order.
+  nbest_tokens: Optional[jax.Array] = None  # [B, K, T] not for greedy
   nbest_scores: Optional[jax.Array] = None  # [B, K] (-inf: empty slot)
   nbest_diagnostics: Optional[Dict[str, jax.Array]] = None  # [B, K, T, ...]
 
@@ -163,6 +167,89 @@ def unrolled(cond, body, unroll: int):
   return body_unrolled
 
 
+def _decode_rows(
+    model,
+    params,
+    source,
+    pick,
+    *,
+    samples: int,
+    ratio: float,
+    offset: int,
+    normalize: bool = False,
+    with_diagnostics: bool = False,
+    alignments: bool = False,
+    attention_weights: bool = False,
+    gate_table: str = 'auto',
+    unroll: int = 1
+) -> DecodeOutput:
+  """The loop of greedy search and sampling: each row decoded on its own.
+
+  source [B, S] is decoded as N = B * samples rows, rows b * samples ..
+  b * samples + samples - 1 for sentence b (as beam search's hypotheses).
+  At each step `pick(log_probs [N, V], step) -> [N]` chooses every row's
+  token among those `restrict` allows; a row's score sums the log-probabilities
+  of its tokens (with `normalize`, of the scorer's distribution renormalised:
+  an ensemble's mean log-probabilities do not sum to 1). Returns the
+  DecodeOutput of the N rows, windows summed per sentence [B].
+  """
+  batch = source.shape[0]
+  rows = batch * samples
+  steps = max_steps(source.shape[1], ratio, offset)
+  limits = length_limits(source, ratio, offset)
+  scorer = scorers.as_scorer(model)
+  cache, state = scorer.encode(params, source)
+  if samples > 1:
+    limits = jnp.repeat(limits, samples)
+    state = jax.tree_util.tree_map(lambda x: jnp.repeat(x, samples, 0), state)
+    cache = scorer.beam_cache(cache, samples)
+  prepared = scorer.prepare(params, rows * steps, gate_table)
+  step_fn = _stepper(
+      scorer, prepared, cache, with_diagnostics, alignments, attention_weights
+  )
+  kept = jax.eval_shape(step_fn, state, jnp.zeros((rows,), jnp.int32))[2]
+  history = None if kept is None else _history(kept, steps)
+
+  def cond(carry):
+    i, done = carry[0], carry[3]
+    return (i < steps) & ~jnp.all(done)
+
+  def body(carry):
+    i, state, tokens, done, out, score, windows, history = carry
+    state, log_probs, kept, diagnostics = step_fn(state, tokens)
+    if normalize:
+      log_probs = jax.nn.log_softmax(log_probs)
+    log_probs = restrict(log_probs, i, limits)
+    picked = pick(log_probs, i)
+    live = ~done
+    picked_logp = jnp.take_along_axis(log_probs, picked[:, None], -1)[:, 0]
+    score = score + jnp.where(live, picked_logp, 0.0)
+    windows = windows.add(diagnostics, live.reshape(batch, samples))
+    tokens = jnp.where(live, picked, PAD)
+    out = out.at[:, i].set(tokens)
+    if history is not None:
+      # Zeros after a row's EOS, as in beam search.
+      put = lambda h, d: h.at[:, i].set(jnp.where(_rows(live, d), d, 0))
+      history = jax.tree_util.tree_map(put, history, kept)
+    done = done | (tokens == EOS)
+    return (i + 1, state, tokens, done, out, score, windows, history)
+
+  init = (
+      jnp.int32(0),
+      state,
+      jnp.full((rows,), BOS, jnp.int32),
+      jnp.zeros((rows,), bool),
+      jnp.full((rows, steps), PAD, jnp.int32),
+      jnp.zeros((rows,), jnp.float32),
+      Windows.zeros(batch),
+      history,
+  )
+  _, _, _, _, out, score, windows, history = jax.lax.while_loop(
+      cond, unrolled(cond, body, unroll), init
+  )
+  return DecodeOutput(out, score, windows, history)
+
+
 def greedy_search(
     model: seq2seq.Seq2Seq,
     params,
@@ -177,53 +264,87 @@ def greedy_search(
     unroll: int = 1
 ) -> DecodeOutput:
   """Argmax decoding of source [B, S] -> DecodeOutput."""
-  batch = source.shape[0]
-  steps = max_steps(source.shape[1], ratio, offset)
-  limits = length_limits(source, ratio, offset)
-  scorer = scorers.as_scorer(model)
-  cache, state = scorer.encode(params, source)
-  prepared = scorer.prepare(params, batch * steps, gate_table)
-  step_fn = _stepper(
-      scorer, prepared, cache, with_diagnostics, alignments, attention_weights
+  argmax = lambda log_probs, _: jnp.argmax(log_probs, -1).astype(jnp.int32)
+  return _decode_rows(
+      model,
+      params,
+      source,
+      argmax,
+      samples=1,
+      ratio=ratio,
+      offset=offset,
+      with_diagnostics=with_diagnostics,
+      alignments=alignments,
+      attention_weights=attention_weights,
+      gate_table=gate_table,
+      unroll=unroll,
   )
-  kept = jax.eval_shape(step_fn, state, jnp.zeros((batch,), jnp.int32))[2]
-  history = None if kept is None else _history(kept, steps)
 
-  def cond(carry):
-    i, done = carry[0], carry[3]
-    return (i < steps) & ~jnp.all(done)
 
-  def body(carry):
-    i, state, tokens, done, out, score, windows, history = carry
-    state, log_probs, kept, diagnostics = step_fn(state, tokens)
-    log_probs = restrict(log_probs, i, limits)
-    best = jnp.argmax(log_probs, axis=-1).astype(jnp.int32)
-    live = ~done
-    score = score + jnp.where(live, jnp.max(log_probs, axis=-1), 0.0)
-    windows = windows.add(diagnostics, live[:, None])
-    tokens = jnp.where(live, best, PAD)
-    out = out.at[:, i].set(tokens)
-    if history is not None:
-      # Zeros after a row's EOS, as in beam search.
-      put = lambda h, d: h.at[:, i].set(jnp.where(_rows(live, d), d, 0))
-      history = jax.tree_util.tree_map(put, history, kept)
-    done = done | (tokens == EOS)
-    return (i + 1, state, tokens, done, out, score, windows, history)
+def sample_search(
+    model: seq2seq.Seq2Seq,
+    params,
+    source,
+    *,
+    num_samples: int,
+    temperature: float,
+    top_k: int,
+    top_p: float,
+    seed: int,
+    ratio: float,
+    offset: int,
+    with_diagnostics: bool = False,
+    alignments: bool = False,
+    attention_weights: bool = False,
+    gate_table: str = 'auto',
+    unroll: int = 1
+) -> DecodeOutput:
+  """num_samples samples of each sentence of source [B, S] -> DecodeOutput.
 
-  init = (
-      jnp.int32(0),
-      state,
-      jnp.full((batch,), BOS, jnp.int32),
-      jnp.zeros((batch,), bool),
-      jnp.full((batch, steps), PAD, jnp.int32),
-      jnp.zeros((batch,), jnp.float32),
-      Windows.zeros(batch),
+  Each sample draws its words one by one (sampling.sample_tokens) under the
+  length limits and word masks of the searches (`restrict`), with its key
+  (sampling.sample_keys) and the step folded in. nbest_tokens [B, N, T] and
+  nbest_scores [B, N] hold the samples in order (not ranked); a score is the
+  sample's log-probability under the model, untempered and untruncated (the
+  teacher-forced log-probability of its tokens). tokens / scores are sample
+  0, which does not depend on num_samples.
+  """
+  keys = sampling.sample_keys(seed, source, num_samples)
+
+  def draw(log_probs, step):
+    step_keys = jax.vmap(jax.random.fold_in, (0, None))(keys, step)
+    return sampling.sample_tokens(
+        log_probs, step_keys, temperature, top_k, top_p
+    )
+
+  out = _decode_rows(
+      model,
+      params,
+      source,
+      draw,
+      samples=num_samples,
+      ratio=ratio,
+      offset=offset,
+      normalize=True,
+      with_diagnostics=with_diagnostics,
+      alignments=alignments,
+      attention_weights=attention_weights,
+      gate_table=gate_table,
+      unroll=unroll,
+  )
+  group = lambda x: x.reshape((source.shape[0], num_samples) + x.shape[1:])
+  nbest_tokens, nbest_scores = group(out.tokens), group(out.scores)
+  nbest_history = jax.tree_util.tree_map(group, out.diagnostics)
+  history = jax.tree_util.tree_map(lambda h: h[:, 0], nbest_history)
+  return DecodeOutput(
+      nbest_tokens[:, 0],
+      nbest_scores[:, 0],
+      out.windows,
       history,
+      nbest_tokens,
+      nbest_scores,
+      nbest_history,
   )
-  _, _, _, _, out, score, windows, history = jax.lax.while_loop(
-      cond, unrolled(cond, body, unroll), init
-  )
-  return DecodeOutput(out, score, windows, history)
 
 
 class BeamState(NamedTuple):
@@ -438,14 +559,19 @@ def make_decode_fn(
     alignments: bool = False,
     compiler_options=None,
     attention_weights: bool = False,
+    method: Optional[str] = None,
 ):
-  """Jitted fn(params, source) -> DecodeOutput for `beam_size` (1 = greedy).
+  """Jitted fn(params, source) -> DecodeOutput.
 
+  `method` (default decode.method): 'search', with `beam_size` (default
+  decode.beam_size; 1 = greedy), or 'sample' (decode.num_samples samples of
+  each sentence, decode.temperature, top_k, top_p, sample_seed).
   `model`: a seq2seq.Seq2Seq or a scorer (scorers.py). `compiler_options`:
   XLA's, for jax.jit (nmt_jax/config/compiler_options.py). `alignments` /
   `attention_weights`: the best hypothesis's argmax source positions /
   attention over the source at each step (DecodeOutput.diagnostics).
   """
+  method = decode_config.method if method is None else method
   beam_size = decode_config.beam_size if beam_size is None else beam_size
   common = dict(
       ratio=decode_config.max_length_ratio,
@@ -456,7 +582,18 @@ def make_decode_fn(
       gate_table=decode_config.gate_table,
       unroll=decode_config.unroll,
   )
-  if beam_size == 1:
+  if method == 'sample':
+    fn = functools.partial(
+        sample_search,
+        model,
+        num_samples=decode_config.num_samples,
+        temperature=decode_config.temperature,
+        top_k=decode_config.top_k,
+        top_p=decode_config.top_p,
+        seed=decode_config.sample_seed,
+        **common
+    )
+  elif beam_size == 1:
     fn = functools.partial(greedy_search, model, **common)
   else:
     fn = functools.partial(
