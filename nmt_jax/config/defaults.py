@@ -134,6 +134,21 @@ def get_config(arg=None):
   config.model.bidirectional = 'bottom'
   # Dropout on every LSTM layer's input and on the attentional state.
   config.model.dropout = 0.2
+  # Regularisers of Sockeye, Marian and Nematus, in the encoder and the
+  # decoder, all off by default (docs/options.md, "Model switches"):
+  # Layer-normalised LSTMs (Ba et al. 2016): LN(x W_x) + LN(h W_h) + b and
+  # h = o * tanh(LN(c)), over each product's whole 4H (Marian's). New
+  # parameters: part of the model's identity.
+  config.model.layer_norm = False
+  # Variational recurrent dropout (Gal & Ghahramani 2016): h is dropped before
+  # W_h with one mask per sequence and layer at this rate; training only.
+  config.model.recurrent_dropout = 0.0
+  # Residual connections (GNMT, Sockeye): from this LSTM layer index on
+  # (>= 1), a layer's output is its output plus its input; 0 = none.
+  config.model.residual = 0
+  # Word dropout (Sennrich et al. 2016): whole source and target embeddings
+  # zeroed at this rate in training, not rescaled (as Nematus).
+  config.model.word_dropout = 0.0
   # Compute dtype: 'float32' or 'bfloat16' (mixed precision: parameters and
   # optimizer state stay float32, the softmaxes and the loss run in float32).
   config.model.dtype = 'float32'

@@ -77,6 +77,9 @@ NON_NEGATIVE = (
     'model.output_hidden_size',
     'model.readout_size',
     'model.dropout',
+    'model.recurrent_dropout',
+    'model.word_dropout',
+    'model.residual',
     'model.init_uniform',
     'data.batch_tokens',
     'data.vocab.target_size',
@@ -85,6 +88,8 @@ FINITE = ('model.forget_bias',)
 # Fractions that must be below 1 (and are >= 0 above): field -> (why, fix).
 BELOW_ONE = {
     'model.dropout': ('', 'use e.g. 0.2'),
+    'model.recurrent_dropout': ('', 'use e.g. 0.2, or 0 for none'),
+    'model.word_dropout': ('', 'use e.g. 0.1, or 0 for none'),
     'train.label_smoothing': ('', 'use e.g. 0.1'),
     'train.plateau_decay': (
         ' (it multiplies the learning rate)',
@@ -255,13 +260,26 @@ def _check_model(model):
           f'set model.readout_size={model.embed_size} (or output_hidden_size),'
           ' or tie_embeddings=False',
       )
-  if model.gate_table == 'on' and model.dropout:
+  for field in ('dropout', 'word_dropout'):
+    if model.gate_table == 'on' and model[field]:
+      raise errors.config_error(
+          'model.gate_table',
+          'on',
+          f'cannot train with model.{field}={model[field]} (the table holds'
+          ' the gates of undropped embeddings)',
+          f"use 'auto' (a table wherever it applies) or model.{field}=0",
+      )
+  deepest = max(model.num_encoder_layers, model.num_decoder_layers)
+  if not isinstance(model.residual, int) or isinstance(model.residual, bool):
     raise errors.config_error(
-        'model.gate_table',
-        'on',
-        f'cannot train with model.dropout={model.dropout} (the table holds'
-        ' the gates of undropped embeddings)',
-        "use 'auto' (a table wherever it applies) or model.dropout=0",
+        'model.residual', model.residual, 'must be a layer index', 'use e.g. 1'
+    )
+  if model.residual >= deepest:
+    raise errors.config_error(
+        'model.residual',
+        model.residual,
+        f'is no layer of a stack (at most {deepest} layers, counted from 0)',
+        f'use 1 to {deepest - 1}, or 0 for none',
     )
   if model.bidirectional != 'none' and model.hidden_size % 2:
     raise errors.config_error(

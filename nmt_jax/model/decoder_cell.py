@@ -3,6 +3,12 @@
 Layer 0's input is the per-step inputs (input feeding, context) and its own
 h; its embedding gates come precomputed from outside the loop. Each layer's
 kernel is one stacked [in + H, 4H] matrix, so a layer is one GEMM per step.
+
+With layer normalisation (model.layer_norm) x W_x and h W_h are normalised
+apart, so each layer has an input kernel [in, 4H] and a recurrent kernel
+[H, 4H] instead (two GEMMs per step, both hoistable), and its own bias; layer
+0's embedding gates are then E y W_e without a bias, normalised together
+with the per-step inputs' product.
 """
 
 import flax.linen as nn
@@ -51,41 +57,86 @@ class StackedLSTMCell(nn.Module):
   dropout: float
   forget_bias: float
   explicit_weight_grads: bool = True  # see weight_grad
+  layer_norm: bool = False  # model.layer_norm
+  recurrent_dropout: float = 0.0  # model.recurrent_dropout
+  residual: int = 0  # model.residual: first layer adding its input
 
   @nn.compact
   def __call__(self, carries, x_gates, extra, keep=None, probes=None):
-    """One step of the stack -> new carries, each kernel's input.
+    """One step of the stack -> new carries, output [B, H], kernels' inputs.
 
     carries: per layer (c, h) [B, H]; x_gates [B, 4H]; extra: list of [B, *];
-    keep: None (no dropout) or the dropout keep masks [B, H] of the inputs
-    of layers 1.. ('layer_1', ...); probes: None or per layer [B, 4H]. The
-    kernels' inputs are per layer [B, in + H].
+    keep: None (no dropout) or this step's dropout keep masks [B, H]: of the
+    inputs of layers 1.. ('layer_1', ...) and of each layer's h before its
+    recurrent kernel ('recurrent_0', ...); probes: None or {kernel name:
+    [B, 4H]}. The output is the top layer's h (plus its input with a
+    residual connection). The kernels' inputs are {kernel name: [B, in]},
+    those of the probed kernels.
     """
     h_size = self.features
-    new, kernel_inputs = [], []
+    mask = lambda name: None if keep is None else keep.get(name)
+    new, records = [], {}
+    output = None
     for layer in range(self.num_layers):
       carry = carries[layer]
-      if layer == 0:
-        # [B, in + H]
-        inputs = jnp.concatenate(list(extra) + [carry[1]], axis=-1)
-        bias = x_gates
-      else:
-        below = lstm.dropout(
-            new[-1][1], keep and keep[f'layer_{layer}'], self.dropout
-        )
-        inputs = jnp.concatenate([below, carry[1]], axis=-1)  # [B, 2H]
-        bias = self.param(
-            f'bias_{layer}',
-            lstm.forget_bias_init(h_size, self.forget_bias),
-            (4 * h_size,),
-        )
-      kernel = self.param(
-          f'kernel_{layer}',
-          stacked_kernel_init(inputs.shape[-1] - h_size),
-          (inputs.shape[-1], 4 * h_size),
+      h = lstm.dropout(
+          carry[1], mask(f'recurrent_{layer}'), self.recurrent_dropout
       )
-      probe = None if probes is None else probes[layer]
-      gates = lstm.project(inputs, kernel, self.explicit_weight_grads, probe)
-      new.append(lstm.lstm_update(carry, gates + bias))
-      kernel_inputs.append(inputs)
-    return tuple(new), kernel_inputs
+      if layer == 0:
+        inputs = list(extra)
+      else:
+        inputs = [lstm.dropout(output, mask(f'layer_{layer}'), self.dropout)]
+
+      def project(name, x, init):
+        kernel = self.param(name, init, (x.shape[-1], 4 * h_size))
+        probe = None if probes is None else probes.get(name)
+        if probe is not None:
+          records[name] = x
+        return lstm.project(x, kernel, self.explicit_weight_grads, probe)
+
+      if self.layer_norm:
+        gates = self._normed_gates(layer, inputs, h, x_gates, project)
+        cell_norm = lstm.norm_params(self, f'cell_norm_{layer}', h_size)
+      else:
+        # [B, in + H]
+        stacked = jnp.concatenate(inputs + [h], axis=-1)
+        gates = project(
+            f'kernel_{layer}',
+            stacked,
+            stacked_kernel_init(stacked.shape[-1] - h_size),
+        )
+        gates = gates + (x_gates if layer == 0 else self._bias(layer))
+        cell_norm = None
+      new.append(lstm.lstm_update(carry, gates, cell_norm))
+      output = new[-1][1]
+      if layer and self.residual and layer >= self.residual:
+        output = output + inputs[0]
+    return tuple(new), output, records
+
+  def _bias(self, layer):
+    return self.param(
+        f'bias_{layer}',
+        lstm.forget_bias_init(self.features, self.forget_bias),
+        (4 * self.features,),
+    )
+
+  def _normed_gates(self, layer, inputs, h, x_gates, project):
+    """LN(x W_x) + LN(h W_h) + b [B, 4H] of layer `layer` (layer 0's x W_x:
+    the embedding gates x_gates plus the per-step inputs' product)."""
+    width = 4 * self.features
+    x_part = x_gates if layer == 0 else 0.0
+    if inputs:
+      x_part = x_part + project(
+          f'input_kernel_{layer}',
+          jnp.concatenate(inputs, axis=-1),
+          nn.initializers.lecun_normal(),
+      )
+    h_part = project(
+        f'recurrent_kernel_{layer}', h, nn.initializers.orthogonal()
+    )
+    norm = lambda name: lstm.norm_params(self, f'{name}_norm_{layer}', width)
+    return (
+        lstm.layer_norm(x_part, norm('input'))
+        + lstm.layer_norm(h_part, norm('recurrent'))
+        + self._bias(layer)
+    )

@@ -14,7 +14,12 @@ from nmt_jax.model import lstm
 
 
 class Encoder(nn.Module):
-  """Embeddings and a stack of (bi)LSTM layers with dropout between layers."""
+  """Embeddings and a stack of (bi)LSTM layers with dropout between layers.
+
+  Word dropout (model.word_dropout) zeroes whole embeddings; from layer
+  model.residual on (0 = none) a layer's output is its output plus its
+  (dropped-out) input, as Sockeye's residual cells.
+  """
 
   config: Any  # model
   vocab_size: int
@@ -31,6 +36,8 @@ class Encoder(nn.Module):
       vocabulary = embed.embedding  # layer 0 looks its input gates up
     else:
       x = embed(x)  # [S, B, E]
+      if train and cfg.word_dropout:
+        x = lstm.drop_words(self.make_rng('dropout'), x, cfg.word_dropout)
     finals = []
     for layer in range(cfg.num_encoder_layers):
       if vocabulary is None:
@@ -39,13 +46,22 @@ class Encoder(nn.Module):
           cfg.bidirectional == 'bottom' and layer == 0
       )
       layer_class = lstm.BiLSTM if bidirectional else lstm.LSTM
-      x, final = layer_class(
+      out, final = layer_class(
           cfg.hidden_size,
           cfg.forget_bias,
           explicit_weight_grads=cfg.explicit_weight_grads,
           unroll=cfg.scan_unroll,
+          layer_norm=cfg.layer_norm,
+          recurrent_dropout=cfg.recurrent_dropout,
           name=f'layer_{layer}',
-      )(x, lengths, vocabulary)
+      )(x, lengths, vocabulary, train)
+      x = out + x if is_residual(cfg, layer) else out
       vocabulary = None
       finals.append(final)
     return jnp.swapaxes(x, 0, 1), finals  # [B, S, H]
+
+
+def is_residual(config, layer: int) -> bool:
+  """Whether LSTM layer `layer` (of either stack) adds its input to its
+  output: from layer model.residual (>= 1) on."""
+  return bool(config.residual) and layer >= config.residual

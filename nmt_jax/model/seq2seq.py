@@ -71,10 +71,13 @@ class Decoder(nn.Module):
     h_size = cfg.hidden_size
     self.embed = nn.Embed(self.vocab_size, cfg.embed_size)
     # Layer 0's embedding-to-gates projection, applied to all steps at once.
+    # With layer normalisation the bias comes after LN, in the cell.
     self.input_proj = hoisting.Projection(
         4 * h_size,
         cfg.explicit_weight_grads,
-        bias_init=lstm.forget_bias_init(h_size, cfg.forget_bias),
+        bias_init=None
+        if cfg.layer_norm
+        else lstm.forget_bias_init(h_size, cfg.forget_bias),
     )
     self.cell = decoder_cell.StackedLSTMCell(
         h_size,
@@ -82,6 +85,9 @@ class Decoder(nn.Module):
         cfg.dropout,
         cfg.forget_bias,
         cfg.explicit_weight_grads,
+        layer_norm=cfg.layer_norm,
+        recurrent_dropout=cfg.recurrent_dropout,
+        residual=cfg.residual,
     )
     self.attention = attention_lib.make(
         cfg.attention, h_size, cfg.project_query
@@ -177,12 +183,14 @@ class Decoder(nn.Module):
       extra.append(context)
     if cfg.input_feeding and self.attention.HAS_CONTEXT:
       extra.append(state.feed)
-    layers = range(cfg.num_decoder_layers)
-    cell_probes = probes and [probes[f'cell/kernel_{i}'] for i in layers]
-    carries, cell_inputs = self.cell(
+    cell_probes = probes and {
+        k[len('cell/') :]: v for k, v in probes.items() if k.startswith('cell/')
+    }
+    # h: the top layer's output (its h_t, plus its input with a residual
+    # connection); the 'previous' query above reads the top layer's state.
+    carries, h, cell_inputs = self.cell(
         state.lstm, words['gates'], extra, keep, cell_probes
     )
-    h = carries[-1][1]
     if cfg.query == 'current':
       # Luong: attend from h_t.
       query = h
@@ -191,13 +199,15 @@ class Decoder(nn.Module):
       )
     combine_probe = probes and probes.get('combine/kernel')
     htilde = self.readout(context, h, query, words, combine_probe)
-    htilde = lstm.dropout(htilde, keep and keep['htilde'], cfg.dropout)
+    htilde = lstm.dropout(
+        htilde, None if keep is None else keep.get('htilde'), cfg.dropout
+    )
     state = DecoderState(
         lstm=carries, feed=htilde, attention=attention_state, t=state.t + 1
     )
     records = {}
     if probes:
-      records = {f'cell/kernel_{i}': x for i, x in enumerate(cell_inputs)}
+      records = {f'cell/{k}': x for k, x in cell_inputs.items()}
       if combine_probe is not None:
         records['combine/kernel'] = jnp.concatenate([context, h], axis=-1)
     return state, htilde, diagnostics, records
@@ -216,7 +226,16 @@ class Decoder(nn.Module):
     """
     cfg = self.config
     h4 = 4 * cfg.hidden_size
-    widths = {f'cell/kernel_{i}': h4 for i in range(cfg.num_decoder_layers)}
+    layers = range(cfg.num_decoder_layers)
+    if cfg.layer_norm:  # apart (decoder_cell.py); layer 0's with step inputs
+      widths = {f'cell/recurrent_kernel_{i}': h4 for i in layers}
+      widths.update({f'cell/input_kernel_{i}': h4 for i in layers if i})
+      if cfg.query == 'previous' or (
+          cfg.input_feeding and self.attention.HAS_CONTEXT
+      ):
+        widths['cell/input_kernel_0'] = h4
+    else:
+      widths = {f'cell/kernel_{i}': h4 for i in layers}
     if cfg.readout == 'luong' and self.attention.HAS_CONTEXT:
       widths['combine/kernel'] = self.readout_width()
     return widths
@@ -268,6 +287,10 @@ class Decoder(nn.Module):
     # Time-major inside (see encoder.py); only htilde [T, B, R] goes back.
     # [T, B, E]
     emb = self.dropout(self.embed(target_in.T), deterministic=not train)
+    if train and self.config.word_dropout:
+      emb = lstm.drop_words(
+          self.make_rng('dropout'), emb, self.config.word_dropout
+      )
     if lstm.uses_gate_table(
         self.config, self.vocab_size, target_in.size, train
     ):
@@ -330,18 +353,29 @@ class Decoder(nn.Module):
 
     Between the LSTM layers ('layer_1', ...) and on htilde ('htilde'), drawn
     before the loop: random bits inside it would add RNG kernels per step.
+    Recurrent dropout's ('recurrent_0', ...): one [B, H] mask per layer,
+    the same at every step.
     """
     cfg = self.config
-    if not train or not cfg.dropout:
+    if not train or not (cfg.dropout or cfg.recurrent_dropout):
       return None
-    widths = {'htilde': self.readout_width()}
-    for layer in range(1, cfg.num_decoder_layers):
-      widths[f'layer_{layer}'] = cfg.hidden_size
-    keys = jax.random.split(self.make_rng('dropout'), len(widths))
-    return {
-        name: jax.random.bernoulli(key, 1.0 - cfg.dropout, (length, batch, w))
-        for key, (name, w) in zip(keys, sorted(widths.items()))
-    }
+    masks = {}
+    if cfg.dropout:
+      widths = {'htilde': self.readout_width()}
+      for layer in range(1, cfg.num_decoder_layers):
+        widths[f'layer_{layer}'] = cfg.hidden_size
+      keys = jax.random.split(self.make_rng('dropout'), len(widths))
+      masks = {
+          name: jax.random.bernoulli(key, 1.0 - cfg.dropout, (length, batch, w))
+          for key, (name, w) in zip(keys, sorted(widths.items()))
+      }
+    if cfg.recurrent_dropout:
+      keys = jax.random.split(self.make_rng('dropout'), cfg.num_decoder_layers)
+      shape = (batch, cfg.hidden_size)
+      for layer, key in enumerate(keys):
+        keep = jax.random.bernoulli(key, 1.0 - cfg.recurrent_dropout, shape)
+        masks[f'recurrent_{layer}'] = jnp.broadcast_to(keep, (length,) + shape)
+    return masks
 
   def token_features(self, emb):
     """What a step needs of the fed-back word alone, computed outside the loop.

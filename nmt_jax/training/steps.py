@@ -109,13 +109,15 @@ def set_plateau_scale(state: TrainState, value: float) -> TrainState:
 
 def uniform_init(params, key, scale: float):
   """Every parameter uniform in (-scale, scale) (OpenNMT-py's param_init);
-  biases keep their initial value on top (the forget-gate bias)."""
+  biases and layer normalisation's scales keep their initial value on top
+  (the forget-gate bias, a gain of 1)."""
   flat, treedef = jax.tree_util.tree_flatten_with_path(params)
   keys = jax.random.split(jax.random.fold_in(key, 1), len(flat))
   leaves = []
   for (path, leaf), k in zip(flat, keys):
     new = jax.random.uniform(k, leaf.shape, leaf.dtype, -scale, scale)
-    if 'bias' in str(getattr(path[-1], 'key', path[-1])):
+    name = str(getattr(path[-1], 'key', path[-1]))
+    if 'bias' in name or name.endswith('_scale'):
       new = new + leaf
     leaves.append(new)
   return jax.tree_util.tree_unflatten(treedef, leaves)

@@ -33,6 +33,15 @@ RUN_OPTIONS = (
 )
 
 
+# model.* regularisers that act in training only: the trained parameters
+# compute the same function whatever their rate.
+TRAINING_ONLY = (
+    'model.dropout',
+    'model.recurrent_dropout',
+    'model.word_dropout',
+)
+
+
 def with_run_options(member_config, config):
   """A workdir's config with `config`'s run options and decoding fields.
 
@@ -56,7 +65,7 @@ def identity_fields(config) -> Dict[str, Any]:
 
   Every model.* field (of model.attention, those the kind's `identity`
   names: its own fields without those that only steer decoding) except
-  dropout, the initialisation (model.init_uniform) and the speed switches
+  the training-only regularisers (TRAINING_ONLY), the initialisation (model.init_uniform) and the speed switches
   (RUN_OPTIONS: a float32 run can be evaluated in bfloat16 and back), and
   the data fields that define the vocabularies (data.vocab.* for a corpus,
   data.num_symbols for an embedded task).
@@ -80,7 +89,7 @@ def identity_fields(config) -> Dict[str, Any]:
       return key in kind_fields
     if key.startswith('model.'):
       return (
-          key not in ('model.dropout', 'model.init_uniform')
+          key not in TRAINING_ONLY + ('model.init_uniform',)
           and key[len('model.') :] not in RUN_OPTIONS
       )
     return key in data_fields or (

@@ -104,7 +104,7 @@ def test_hoisted_gradients_equal_autodiffs_for_every_decoder(
   )
 
 
-def _loop_dot_shapes(jaxpr, inside=False):
+def loop_dot_shapes(jaxpr, inside=False):
   """Output shapes of the dot_generals inside scan/while bodies."""
   shapes = []
   for eqn in jaxpr.eqns:
@@ -112,7 +112,7 @@ def _loop_dot_shapes(jaxpr, inside=False):
       shapes.append(tuple(eqn.outvars[0].aval.shape))
     loop = eqn.primitive.name in ('scan', 'while')
     for sub in jax.extend.core.jaxprs_in_params(eqn.params):
-      shapes += _loop_dot_shapes(sub, inside or loop)
+      shapes += loop_dot_shapes(sub, inside or loop)
   return shapes
 
 
@@ -121,7 +121,7 @@ def test_no_kernel_gradient_is_computed_inside_the_loops(hoist):
   grad, params = _loss_and_grads(
       'global', hoist_weight_grads=hoist, num_decoder_layers=2
   )
-  shapes = set(_loop_dot_shapes(jax.make_jaxpr(grad)(params).jaxpr))
+  shapes = set(loop_dot_shapes(jax.make_jaxpr(grad)(params).jaxpr))
   decoder = params['decoder']
   kernels = {
       decoder['cell']['kernel_0'].shape,

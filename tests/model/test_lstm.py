@@ -67,7 +67,19 @@ def test_forget_bias_initialised():
   np.testing.assert_array_equal(bias, [0] * 4 + [1] * 4 + [0] * 8)
 
 
-def test_recurrence_vjp_matches_autodiff():
+def _layer_norm_reference(x, scale, bias, eps=1e-5):
+  mean = x.mean(-1, keepdims=True)
+  var = ((x - mean) ** 2).mean(-1, keepdims=True)
+  return (x - mean) / jnp.sqrt(var + eps) * scale + bias
+
+
+# (recurrent dropout, layer normalisation): the hand-written backward, its
+# masked h, and the recomputing backward with layer normalisation.
+@pytest.mark.parametrize(
+    'dropped,normed',
+    [(False, False), (True, False), (False, True), (True, True)],
+)
+def test_recurrence_vjp_matches_autodiff(dropped, normed):
   with jax.enable_x64(True):
     rng = np.random.default_rng(0)
     t, b, h = 6, 4, 3
@@ -82,11 +94,31 @@ def test_recurrence_vjp_matches_autodiff():
     weights = [
         jnp.asarray(rng.normal(size=s)) for s in [(t, b, h), (b, h), (b, h)]
     ]
+    h_keep = None
+    if dropped:  # keep mask / (1 - 0.5)
+      h_keep = jnp.asarray(2.0 * (rng.random((b, h)) < 0.5))
+    norm = None
+    if normed:
+      norm = {
+          name: tuple(
+              jnp.asarray(1 + 0.3 * rng.normal(size=w)) for _ in range(2)
+          )
+          for name, w in (('recurrent', 4 * h), ('cell', h))
+      }
 
-    def reference(x_gates, w_h):
+    def reference(x_gates, w_h, norm):
       def step(carry, inputs):
         gates, v = inputs
-        new = lstm.lstm_update(carry, gates + carry[1] @ w_h)
+        c, hid = carry
+        rec = (hid if h_keep is None else hid * h_keep) @ w_h
+        if norm is not None:
+          rec = _layer_norm_reference(rec, *norm['recurrent'])
+        i, f, g, o = jnp.split(gates + rec, 4, axis=-1)
+        c_new = jax.nn.sigmoid(f) * c + jax.nn.sigmoid(i) * jnp.tanh(g)
+        c_out = c_new
+        if norm is not None:
+          c_out = _layer_norm_reference(c_new, *norm['cell'])
+        new = (c_new, jax.nn.sigmoid(o) * jnp.tanh(c_out))
         return tuple(jnp.where(v > 0, n, o) for n, o in zip(new, carry)), new[1]
 
       zeros = jnp.zeros((b, h))
@@ -94,8 +126,8 @@ def test_recurrence_vjp_matches_autodiff():
       return out, carry
 
     def loss(fn):
-      def f(x_gates, w_h):
-        out, (c, hid) = fn(x_gates, w_h)
+      def f(x_gates, w_h, norm):
+        out, (c, hid) = fn(x_gates, w_h, norm)
         return (
             (out * weights[0]).sum()
             + (c * weights[1]).sum()
@@ -104,17 +136,25 @@ def test_recurrence_vjp_matches_autodiff():
 
       return jax.jit(f)
 
-    custom = lambda x_gates, w_h: lstm.lstm_recurrence(x_gates, w_h, valid)
+    custom = lambda x_gates, w_h, norm: lstm.lstm_recurrence(
+        x_gates, w_h, valid, h_keep, norm
+    )
+    args = (x_gates, w_h, norm)
     for a, r in zip(
-        jax.tree_util.tree_leaves(jax.jit(custom)(x_gates, w_h)),
-        jax.tree_util.tree_leaves(jax.jit(reference)(x_gates, w_h)),
+        jax.tree_util.tree_leaves(jax.jit(custom)(*args)),
+        jax.tree_util.tree_leaves(jax.jit(reference)(*args)),
     ):
       np.testing.assert_allclose(a, r, atol=1e-12)
-    got = jax.jit(jax.grad(loss(custom), argnums=(0, 1)))(x_gates, w_h)
-    want = jax.jit(jax.grad(loss(reference), argnums=(0, 1)))(x_gates, w_h)
-    for g, w in zip(got, want):
+    got = jax.jit(jax.grad(loss(custom), argnums=(0, 1, 2)))(*args)
+    want = jax.jit(jax.grad(loss(reference), argnums=(0, 1, 2)))(*args)
+    assert jax.tree_util.tree_structure(got) == jax.tree_util.tree_structure(
+        want
+    )
+    for g, w in zip(
+        jax.tree_util.tree_leaves(got), jax.tree_util.tree_leaves(want)
+    ):
       np.testing.assert_allclose(g, w, atol=1e-10)
-    check_grads(loss(custom), (x_gates, w_h), order=1, modes=['rev'])
+    check_grads(loss(custom), args, order=1, modes=['rev'])
 
 
 def test_recurrence_stops_after_the_longest_row_outside_differentiation():
