@@ -228,6 +228,20 @@ class Attention(nn.Module):
     return weights[:, :length], {}
 
 
+def refuse_coverage(config, why: str):
+  """A one-line ConfigError if model.attention.coverage is on for a kind
+  that cannot keep it (`why`: what the kind attends to instead)."""
+  attention = config.model.attention
+  if attention.get('coverage'):
+    raise errors.config_error(
+        'model.attention.coverage',
+        attention.coverage,
+        'sums the attention each source position has received (Tu et al.'
+        f' 2016), but kind {attention.kind!r} {why}',
+        'set it to False, or use a kind that scores source positions',
+    )
+
+
 # ----------------------------------------------------------------- registry
 
 _KINDS: Dict[str, Type[Attention]] = {}

@@ -132,6 +132,9 @@ class MemoryAttention(base.Attention):
 
   @classmethod
   def validate(cls, config):
+    # beta_t weighs slots; its image on the source, beta_t alpha^T, is not
+    # something the slot scores W_beta h_t could take a coverage into.
+    base.refuse_coverage(config, 'scores memory slots, not source positions')
     attention = config.model.attention
     longest = config.data.max_length + 1
     if (

@@ -11,6 +11,11 @@ iteration (fewer iterations, the same output).
 Length limit: a hypothesis of a source with n tokens (EOS included) has at
 most floor(ratio * n) + offset tokens, EOS included; at that last step only
 EOS may be emitted.
+
+Beam search scores a finished hypothesis Y of source X (|X| tokens, EOS
+included) as log p(Y|X) / lp(|Y|) + cp(X; Y) (Wu et al. 2016), with
+lp = length_penalty and cp = coverage_penalty: each of the |X| positions'
+attention summed over Y's steps (EOS's included), capped at 1.
 """
 
 import functools
@@ -28,6 +33,11 @@ from nmt_jax.decoding import scorers
 from nmt_jax.model import seq2seq
 
 NEG_INF = -jnp.inf
+# The floor of an attention sum in the coverage penalty's log: a position no
+# step attended to (windowed kinds leave some at exactly 0) costs
+# beta * log(1e-6) = -13.8 beta instead of -inf, so its hypothesis is still
+# ranked. (OpenNMT-py takes log(0) = -inf: such a hypothesis always loses.)
+COVERAGE_FLOOR = 1e-6
 
 
 class Windows(NamedTuple):
@@ -87,6 +97,17 @@ def length_penalty(length, alpha):
   return ((5.0 + length) / 6.0) ** alpha
 
 
+def coverage_penalty(attention_sums, lengths, beta):
+  """GNMT: beta * sum_{i < |X|} log(min(sum_t a_t(i), 1)) <= 0.
+
+  attention_sums [..., S] (each source position's attention summed over a
+  hypothesis' steps), lengths [...] (|X|, padding excluded) -> [...].
+  """
+  capped = jnp.clip(attention_sums, COVERAGE_FLOOR, 1.0)
+  inside = jnp.arange(attention_sums.shape[-1]) < lengths[..., None]
+  return beta * jnp.sum(jnp.where(inside, jnp.log(capped), 0.0), -1)
+
+
 def restrict(log_probs, step, limits):
   """Masks tokens a hypothesis may not emit at `step`: PAD and BOS always,
   everything but EOS at its last allowed step, everything after it.
@@ -109,15 +130,20 @@ def _recorded(diagnostics, with_diagnostics: bool, alignments: bool):
   return kept or None
 
 
-def _stepper(scorer, prepared, cache, with_diagnostics, alignments):
+def _stepper(
+    scorer, prepared, cache, with_diagnostics, alignments, weights=False
+):
   """fn(state, tokens) -> (state, log_probs, kept diagnostics, diagnostics).
 
-  `prepared`: scorer.prepare's params, made once outside the loop.
+  `prepared`: scorer.prepare's params, made once outside the loop. The
+  diagnostics hold the attention weights with `weights`, with_diagnostics
+  or alignments.
   """
+  with_weights = with_diagnostics or alignments or weights
 
   def step_fn(state, tokens):
     state, log_probs, diagnostics = scorer.step(
-        prepared, state, cache, tokens, with_diagnostics or alignments
+        prepared, state, cache, tokens, with_weights
     )
     kept = _recorded(diagnostics, with_diagnostics, alignments)
     return state, log_probs, kept, diagnostics
@@ -221,6 +247,9 @@ class BeamState(NamedTuple):
   live_logp: jax.Array  # [B, K] log-probability (-inf: no hypothesis)
   fin_seqs: jax.Array  # [B, K, T]
   fin_scores: jax.Array  # [B, K] length-normalised (-inf: empty slot)
+  # [B, K, S] each live hypothesis' attention summed over its steps
+  # (coverage penalty), or None
+  attention_sums: Any
   decoder: Any  # DecoderState, leaves [B * K, ...]
   windows: Windows
   live_history: Any  # diagnostics [B, K, T, ...] or None
@@ -239,18 +268,21 @@ def beam_search(
     with_diagnostics: bool = False,
     alignments: bool = False,
     gate_table: str = 'auto',
-    unroll: int = 1
+    unroll: int = 1,
+    beta: float = 0.0
 ) -> DecodeOutput:
   """Batched beam search of source [B, S] -> DecodeOutput with the n-best lists.
 
   Each step extends the K live hypotheses of a sentence and keeps the best 2K
   candidates. As in fairseq, a candidate ending in EOS among the top K is
-  finished (scored logp / length_penalty); the K best candidates not ending in
-  EOS stay live. Finished hypotheses are merged into a top-K list and never
-  dropped for a worse one. A sentence stops when its worst finished score
-  beats the best score any live hypothesis could still reach:
-  live_logp / length_penalty(limit) (log-probabilities only fall, the
-  penalty only grows), so a length penalty never stops the search early.
+  finished (scored logp / length_penalty + coverage_penalty, the latter with
+  weight `beta`, 0 = off); the K best candidates not ending in EOS stay live.
+  Finished hypotheses are merged into a top-K list and never dropped for a
+  worse one. A sentence stops when its worst finished score beats the best
+  score any live hypothesis could still reach: live_logp /
+  length_penalty(limit) (log-probabilities only fall, the penalty only
+  grows, and the coverage penalty is never above 0), so neither penalty
+  stops the search early.
   """
   batch, k = source.shape[0], beam_size
   steps = max_steps(source.shape[1], ratio, offset)
@@ -263,12 +295,20 @@ def beam_search(
   flat_limits = repeat(limits)
   batch_offset = (jnp.arange(batch) * k)[:, None]  # [B, 1]
   prepared = scorer.prepare(params, batch * k * steps, gate_table)
-  step_fn = _stepper(scorer, prepared, cache, with_diagnostics, alignments)
+  step_fn = _stepper(
+      scorer, prepared, cache, with_diagnostics, alignments, beta > 0
+  )
+  source_lengths = jnp.sum(source != PAD, axis=-1)[:, None]  # [B, 1]
 
   live_history = fin_history = None
-  _, _, shapes, _ = jax.eval_shape(
+  _, _, shapes, step_diagnostics = jax.eval_shape(
       step_fn, decoder, jnp.zeros((batch * k,), jnp.int32)
   )
+  attention_sums = None
+  if beta > 0:
+    if attention.source_weights(step_diagnostics) is None:
+      raise ValueError('the coverage penalty needs attention weights')
+    attention_sums = jnp.zeros((batch, k, source.shape[1]), jnp.float32)
   if shapes is not None:
     live_history = jax.tree_util.tree_map(
         lambda h: h.reshape((batch, k) + h.shape[1:]), _history(shapes, steps)
@@ -316,11 +356,15 @@ def beam_search(
     tokens = gather(top_token, live_pos)
 
     # Finished: EOS candidates ranked in the top K join the finished list.
-    new_scores = jnp.where(
-        is_eos & (jnp.arange(2 * k) < k),
-        top_logp / length_penalty(s.i + 1, alpha),
-        NEG_INF,
-    )
+    finished = top_logp / length_penalty(s.i + 1, alpha)
+    attention_sums = s.attention_sums
+    if attention_sums is not None:
+      weights = attention.source_weights(diagnostics).astype(jnp.float32)
+      stepped = attention_sums + weights.reshape(attention_sums.shape)
+      top_sums = gather(stepped, top_beam)  # [B, 2K, S]
+      finished = finished + coverage_penalty(top_sums, source_lengths, beta)
+      attention_sums = gather(top_sums, live_pos)
+    new_scores = jnp.where(is_eos & (jnp.arange(2 * k) < k), finished, NEG_INF)
     fin_scores, fin_pos = jax.lax.top_k(
         jnp.concatenate([s.fin_scores, new_scores], 1), k
     )
@@ -357,6 +401,7 @@ def beam_search(
         live_logp,
         fin_seqs,
         fin_scores,
+        attention_sums,
         decoder,
         s.windows.add(diagnostics, was_live),
         live_history,
@@ -371,6 +416,7 @@ def beam_search(
       live_logp=jnp.tile(jnp.array([0.0] + [NEG_INF] * (k - 1)), (batch, 1)),
       fin_seqs=seqs,
       fin_scores=jnp.full((batch, k), NEG_INF),
+      attention_sums=attention_sums,
       decoder=decoder,
       windows=Windows.zeros(batch),
       live_history=live_history,
@@ -445,6 +491,7 @@ def make_decode_fn(
         model,
         beam_size=beam_size,
         alpha=decode_config.length_penalty,
+        beta=decode_config.coverage_penalty,
         **common
     )
   return jax.jit(fn, compiler_options=compiler_options)
