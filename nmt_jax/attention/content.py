@@ -240,18 +240,20 @@ class ContentAttention(base.Attention):
     return cache
 
   def initial_state(self, cache) -> base.State:
-    """With coverage: C_0 = 0 ('coverage' [B, S], float32: a sum of up to T
-    weights)."""
+    """With coverage: C_0 = 0 ('coverage' [B, S], at least float32: a sum of
+    up to T weights)."""
     if not self.config.coverage:
       return {}
-    return {'coverage': jnp.zeros(cache['mask'].shape, jnp.float32)}
+    dtype = base.float32_or_wider(cache['memory'].dtype)
+    return {'coverage': jnp.zeros(cache['mask'].shape, dtype)}
 
   def covered(self, state, weights) -> base.State:
     """state with C_{t+1} = C_t + a_t, weights [N, S] over source positions
     (as it is without coverage)."""
     if not self.config.coverage:
       return state
-    return dict(state, coverage=state['coverage'] + weights.astype(jnp.float32))
+    coverage = state['coverage']
+    return dict(state, coverage=coverage + weights.astype(coverage.dtype))
 
   def attend_all(
       self, query, cache, logit_offset=None, dtype=None, coverage=None
