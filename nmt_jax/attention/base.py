@@ -11,7 +11,8 @@ A kind is a linen module with three methods, called by the decoder
       hypotheses of sentence b in rows b * G .. b * G + G - 1 (`group`), and
       reads each sentence's keys once for its G queries.
   initial_state(cache) -> state
-      Per-hypothesis recurrent state of the kind (e.g. the focus p_{t-1});
+      Per-hypothesis recurrent state of the kind (e.g. the focus p_{t-1},
+      the coverage C_t of content.py);
       a dict of [B, ...] arrays that beam search reorders with the beams.
   token_features(inputs [..., E]) -> [..., F] or None
       What a step needs of the fed-back word's embedding i_t alone, computed
