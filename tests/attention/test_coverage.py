@@ -119,22 +119,34 @@ def test_global_scores_take_the_coverage_as_the_equation(score, project_query):
   np.testing.assert_allclose(state['coverage'], coverage + weights, atol=1e-5)
 
 
-def test_coverage_starts_as_the_model_without_it():
-  """w_c = 0 at initialisation: the same logits as without coverage."""
-  config = _config('global', 'concat', 'previous')
-  model = helpers.make_model(config)
-  params = helpers.init_params(model)
-  source, target_in, _ = helpers.random_batch(np.random.default_rng(0), 3, 7, 6)
-  with_coverage, _ = jax.jit(model.apply)({'params': params}, source, target_in)
-  config.model.attention.coverage = False
+@pytest.mark.parametrize('score', ['general', 'concat'])
+def test_coverage_starts_as_the_attention_without_it(score):
+  """w_c = 0 at initialisation: the weights of the same parameters without
+  coverage, whatever the coverage."""
+  config = defaults.get_config('tiny').model.attention
+  config.kind, config.score, config.coverage = 'global', score, True
+  rng = np.random.default_rng(1)
+  memory = rng.normal(size=(B, S, D)).astype(np.float32)
+  query = rng.normal(size=(B, D)).astype(np.float32)
+  coverage = rng.uniform(0, 2, size=(B, S)).astype(np.float32)
+
+  def run(mdl, state):
+    cache = mdl.prepare(memory, LENGTHS)
+    return mdl(query, cache, state, None, with_weights=True)[2]['weights']
+
+  module = attention.make(config, D)
+  params = module.init(jax.random.key(0), {'coverage': coverage}, method=run)
+  with_coverage = module.apply(params, {'coverage': coverage}, method=run)
+  config.coverage = False
   flat = flax.traverse_util.flatten_dict(params)
-  plain = flax.traverse_util.unflatten_dict(
-      {k: v for k, v in flat.items() if 'coverage_proj' not in k}
-  )
-  without, _ = jax.jit(helpers.make_model(config).apply)(
-      {'params': plain}, source, target_in
-  )
+  plain = flax.traverse_util.unflatten_dict({
+      k: v
+      for k, v in flat.items()
+      if not any(part.startswith('coverage') for part in k)
+  })
+  without = attention.make(config, D).apply(plain, {}, method=run)
   np.testing.assert_allclose(with_coverage, without, atol=1e-6)
+  assert np.abs(without).sum() > 0
 
 
 # ------------------------------------------- teacher forcing and decoding
