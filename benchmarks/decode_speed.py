@@ -38,6 +38,7 @@ from nmt_jax.data import batching
 from nmt_jax.data.vocab import EOS
 from nmt_jax.data.vocab import PAD
 from nmt_jax.decoding import evaluation
+from nmt_jax.decoding import loop
 from nmt_jax.decoding import restore
 from nmt_jax.decoding import search
 from nmt_jax.model import seq2seq
@@ -164,7 +165,7 @@ class DecodeBench:
     outs, seconds, cpu_seconds = timing.timed_with_cpu(
         lambda: jax.device_get([compiled(*args) for args in calls])
     )
-    windows = search.Windows(*(
+    windows = loop.Windows(*(
         np.concatenate([x[r] for x, r in zip(field, real)])
         for field in zip(*(o.windows for o in outs))
     ))

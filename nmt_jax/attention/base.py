@@ -11,7 +11,8 @@ A kind is a linen module with three methods, called by the decoder
       hypotheses of sentence b in rows b * G .. b * G + G - 1 (`group`), and
       reads each sentence's keys once for its G queries.
   initial_state(cache) -> state
-      Per-hypothesis recurrent state of the kind (e.g. the focus p_{t-1});
+      Per-hypothesis recurrent state of the kind (e.g. the focus p_{t-1},
+      the coverage C_t of content.py);
       a dict of [B, ...] arrays that beam search reorders with the beams.
   token_features(inputs [..., E]) -> [..., F] or None
       What a step needs of the fed-back word's embedding i_t alone, computed
@@ -226,6 +227,20 @@ class Attention(nn.Module):
     """
     del cache, row
     return weights[:, :length], {}
+
+
+def refuse_coverage(config, why: str):
+  """A one-line ConfigError if model.attention.coverage is on for a kind
+  that cannot keep it (`why`: what the kind attends to instead)."""
+  attention = config.model.attention
+  if attention.get('coverage'):
+    raise errors.config_error(
+        'model.attention.coverage',
+        attention.coverage,
+        'sums the attention each source position has received (Tu et al.'
+        f' 2016), but kind {attention.kind!r} {why}',
+        'set it to False, or use a kind that scores source positions',
+    )
 
 
 # ----------------------------------------------------------------- registry

@@ -10,6 +10,16 @@ score(h_t, hbar_s) of Luong et al. 2015 (eq. 8) and Bahdanau et al. 2015:
 Each score precomputes its key side once per sentence (`keys`) and scores a
 query against any subset of positions, so windowed kinds score only the
 positions they gather.
+
+Coverage (Tu et al. 2016, model.attention.coverage): C_t(s) = sum_{t' < t}
+a_t'(s), the attention position s has received so far, kept per hypothesis
+in the kind's state ('coverage' [B, S]) and fed into the score:
+
+  concat     v_a^T tanh(W_a [h_t; hbar_s] + w_c C_t(s))    (Tu, OpenNMT-py,
+                                                            Sockeye)
+  others     score(h_t, hbar_s) + w_c C_t(s)     (w_c a learned scalar)
+
+w_c starts at 0: a model with coverage starts as the one without.
 """
 
 from typing import Dict, Type
@@ -26,9 +36,24 @@ class Score(nn.Module):
 
   hidden_size: int
   max_source_length: int
+  coverage: bool = False  # model.attention.coverage: w_c C_t(s) is added
   # Whether `project_query` scores the encoder states themselves: the same
   # scores as __call__ on the keys, from the query side.
   QUERY_SIDE = False
+
+  def setup(self):
+    if self.coverage:
+      # w_c, a scalar added to the score per unit of coverage.
+      self.coverage_weight = self.param(
+          'coverage_weight', nn.initializers.zeros_init(), ()
+      )
+
+  def add_coverage(self, scores, coverage):
+    """scores + w_c C_t(s): scores, coverage [B, G, W] (None: scores)."""
+    if coverage is None:
+      return scores
+    weight = self.coverage_weight.astype(scores.dtype)
+    return scores + weight * coverage.astype(scores.dtype)
 
   def keys(self, memory):
     """memory [B, S, D] -> keys [B, S, A]."""
@@ -39,9 +64,13 @@ class Score(nn.Module):
     are the scores (QUERY_SIDE scores only)."""
     raise NotImplementedError
 
-  def __call__(self, query, keys, positions):
-    """query [B, G, H], keys [B, W, A], positions [B, W] -> scores [B, G, W]."""
-    return jnp.einsum('bgh,bwh->bgw', query, keys)
+  def __call__(self, query, keys, positions, coverage=None):
+    """query [B, G, H], keys [B, W, A], positions [B, W] -> scores [B, G, W].
+
+    coverage [B, G, W]: C_t(s) at the positions (None: no coverage).
+    """
+    scores = jnp.einsum('bgh,bwh->bgw', query, keys)
+    return self.add_coverage(scores, coverage)
 
   @classmethod
   def cost(cls, hidden: int, max_source_length: int, source_length, width):
@@ -58,6 +87,7 @@ class General(Score):
   QUERY_SIDE = True
 
   def setup(self):
+    super().setup()
     self.key_proj = nn.Dense(self.hidden_size, use_bias=False)  # W_a
 
   def keys(self, memory):
@@ -80,14 +110,23 @@ class Concat(Score):
     self.key_proj = nn.Dense(self.hidden_size, use_bias=False)  # W_a, key half
     self.query_proj = nn.Dense(self.hidden_size, use_bias=False)  # query half
     self.v = nn.Dense(1, use_bias=False)  # v_a
+    if self.coverage:
+      # w_c [A], inside the tanh (no scalar coverage_weight: not super()).
+      self.coverage_proj = nn.Dense(
+          self.hidden_size,
+          use_bias=False,
+          kernel_init=nn.initializers.zeros_init(),
+      )
 
   def keys(self, memory):
     return self.key_proj(memory)
 
-  def __call__(self, query, keys, positions):
+  def __call__(self, query, keys, positions, coverage=None):
     # [B, G, W, A]
-    hidden = jnp.tanh(keys[:, None] + self.query_proj(query)[:, :, None])
-    return self.v(hidden)[..., 0]
+    pre = keys[:, None] + self.query_proj(query)[:, :, None]
+    if coverage is not None:
+      pre = pre + self.coverage_proj(coverage[..., None].astype(pre.dtype))
+    return self.v(jnp.tanh(pre))[..., 0]
 
   @classmethod
   def cost(cls, hidden, max_source_length, source_length, width):
@@ -105,18 +144,20 @@ class Location(Score):
   """
 
   def setup(self):
+    super().setup()
     self.location = nn.Dense(self.max_source_length)  # W_a h_t
 
   def keys(self, memory):
     return memory[..., :0]  # no key side
 
-  def __call__(self, query, keys, positions):
+  def __call__(self, query, keys, positions, coverage=None):
     logits = self.location(query)  # [B, G, S_max]
     positions = jnp.minimum(positions, logits.shape[-1] - 1)[:, None]
     positions = jnp.broadcast_to(
         positions, logits.shape[:2] + positions.shape[2:]
     )
-    return jnp.take_along_axis(logits, positions, axis=2)
+    scores = jnp.take_along_axis(logits, positions, axis=2)
+    return self.add_coverage(scores, coverage)
 
   @classmethod
   def cost(cls, hidden, max_source_length, source_length, width):
@@ -134,6 +175,11 @@ SCORES: Dict[str, Type[Score]] = {
 SCORE_FIELD = {
     # score(h_t, hbar_s): 'dot', 'general', 'concat' or 'location'.
     'score': ('general', errors.one_of(*SCORES)),
+}
+# Shared by the content kinds too: Tu et al.'s coverage C_t(s) in the score
+# (see the module docstring); it adds w_c, so it is part of the identity.
+COVERAGE_FIELD = {
+    'coverage': (False, errors.boolean),
 }
 
 
@@ -166,7 +212,7 @@ def scatter_positions(weights, positions, valid, length):
 class ContentAttention(base.Attention):
   """Shared by the kinds that score encoder states with `score`."""
 
-  FIELDS = SCORE_FIELD
+  FIELDS = {**SCORE_FIELD, **COVERAGE_FIELD}
 
   @classmethod
   def validate(cls, config):
@@ -184,31 +230,58 @@ class ContentAttention(base.Attention):
 
   def setup(self):
     score = SCORES[self.config.score]
-    self.scorer = score(self.hidden_size, self.config.max_source_length)
+    self.scorer = score(
+        self.hidden_size, self.config.max_source_length, self.config.coverage
+    )
 
   def prepare(self, memory, lengths) -> base.Cache:
     cache = base.source_cache(memory, lengths)
     cache['keys'] = self.scorer.keys(memory)
     return cache
 
-  def attend_all(self, query, cache, logit_offset=None, dtype=None):
+  def initial_state(self, cache) -> base.State:
+    """With coverage: C_0 = 0 ('coverage' [B, S], at least float32: a sum of
+    up to T weights)."""
+    if not self.config.coverage:
+      return {}
+    dtype = base.float32_or_wider(cache['memory'].dtype)
+    return {'coverage': jnp.zeros(cache['mask'].shape, dtype)}
+
+  def covered(self, state, weights) -> base.State:
+    """state with C_{t+1} = C_t + a_t, weights [N, S] over source positions
+    (as it is without coverage)."""
+    if not self.config.coverage:
+      return state
+    coverage = state['coverage']
+    return dict(state, coverage=coverage + weights.astype(coverage.dtype))
+
+  def attend_all(
+      self, query, cache, logit_offset=None, dtype=None, coverage=None
+  ):
     """Masked softmax over all S positions -> weights [N, S].
 
-    query [N, H]: N = B * G rows, G per cache row (base.group).
+    query [N, H]: N = B * G rows, G per cache row (base.group); coverage
+    [N, S]: C_t (None without coverage).
     """
     mask = cache['mask']
     positions = jnp.broadcast_to(jnp.arange(mask.shape[1]), mask.shape)
     grouped = base.group(query, mask.shape[0])  # [B, G, H]
+    if coverage is not None:
+      coverage = coverage.reshape(grouped.shape[:2] + coverage.shape[1:])
     if self._query_side(grouped.shape[1]):
       # One query per sentence (training, greedy search): projecting it is a
       # small product per step, after which the step reads the encoder
       # states only, not the keys as well (the precomputed keys are then
       # unused, and XLA drops them). With G > 1 (beam search) every query
       # would be projected: there the shared keys are cheaper.
+      # Coverage (general score: w_c C_t(s) outside the product) does not
+      # change the key side, so the shortcut holds with it.
       projected = self.scorer.project_query(grouped)
       scores = jnp.einsum('bgd,bwd->bgw', projected, cache['memory'])
+      scores = self.scorer.add_coverage(scores, coverage)
     else:
-      scores = self.scorer(grouped, cache['keys'], positions)  # [B, G, S]
+      # [B, G, S]
+      scores = self.scorer(grouped, cache['keys'], positions, coverage)
     if logit_offset is not None:
       scores = scores + logit_offset.reshape(scores.shape)
     weights = base.masked_softmax(
@@ -224,17 +297,28 @@ class ContentAttention(base.Attention):
     )
 
   def attend_window(
-      self, query, cache, positions, valid, logit_offset=None, dtype=None
+      self,
+      query,
+      cache,
+      positions,
+      valid,
+      logit_offset=None,
+      dtype=None,
+      coverage=None,
   ):
     """Masked softmax over gathered positions -> weights [N, W].
 
     query [N, H]: N = B * G rows, G per cache row (base.group); positions
-    [B, W] of each cache row, gathered once for its G queries; valid and
-    logit_offset [N, W]. O(W) work, not O(S): only those keys are scored.
+    [B, W] of each cache row, gathered once for its G queries; valid,
+    logit_offset and coverage (C_t at the row's window, or None) [N, W].
+    O(W) work, not O(S): only those keys are scored.
     """
     keys = gather_positions(cache['keys'], positions)
     grouped = base.group(query, positions.shape[0])  # [B, G, H]
-    scores = self.scorer(grouped, keys, positions).reshape(valid.shape)
+    if coverage is not None:
+      coverage = base.group(coverage, positions.shape[0])  # [B, G, W]
+    scores = self.scorer(grouped, keys, positions, coverage)
+    scores = scores.reshape(valid.shape)
     if logit_offset is not None:
       scores = scores + logit_offset
     return base.masked_softmax(
@@ -261,16 +345,23 @@ class ContentAttention(base.Attention):
       scale=None,
       with_weights=False,
       dtype=None,
+      coverage=None,
   ):
     """Each row's attention over its valid positions of its sentence's
     window (window_rows) -> context [N, D], weights [N, W] and, if
-    with_weights, the weights at their source positions [N, S] (else None).
+    with_weights or coverage is given, the weights at their source
+    positions [N, S] (else None).
 
     offset [N, W] is added to the scores, scale [N, W] multiplies the
     softmax weights (not renormalised). dtype: the weights' (default the
-    memory's; the context is computed in the memory's).
+    memory's; the context is computed in the memory's). coverage [N, S]:
+    C_t, read at each row's window (None without coverage).
     """
-    weights = self.attend_window(query, cache, positions, valid, offset, dtype)
+    if coverage is not None:
+      coverage = gather_positions(coverage, rows)  # [N, W]
+    weights = self.attend_window(
+        query, cache, positions, valid, offset, dtype, coverage
+    )
     if scale is not None:
       weights = (weights * scale).astype(weights.dtype)
     window_memory = gather_positions(cache['memory'], positions)
@@ -279,7 +370,7 @@ class ContentAttention(base.Attention):
         weights.astype(window_memory.dtype), window_memory
     )
     scattered = None
-    if with_weights:
+    if with_weights or coverage is not None:
       length = cache['mask'].shape[1]
       scattered = scatter_positions(weights, rows, valid, length)
     return context, weights, scattered

@@ -60,6 +60,7 @@ class FlexibleAttention(content.ContentAttention):
 
   FIELDS = {
       **content.SCORE_FIELD,
+      **content.COVERAGE_FIELD,
       # Width sigma of the position penalty (Shu & Nakayama's best: 1.5).
       'sigma': (1.5, errors.positive),
       # Test-time threshold: positions with penalty >= tau are not scored
@@ -78,7 +79,8 @@ class FlexibleAttention(content.ContentAttention):
     self.strength_out = nn.Dense(1)  # v_g, b_g
 
   def initial_state(self, cache) -> base.State:
-    return {'center': jnp.zeros(cache['lengths'].shape, jnp.float32)}
+    center = jnp.zeros(cache['lengths'].shape, jnp.float32)
+    return {**super().initial_state(cache), 'center': center}
 
   def token_features(self, inputs):
     """W_g^i i_t: inputs [..., E] -> [..., H]."""
@@ -125,6 +127,7 @@ class FlexibleAttention(content.ContentAttention):
   ):
     g = self.strength(step)  # [N]: N = B * G rows, G per sentence
     previous = state['center']
+    coverage = state.get('coverage')
     sentences, length = cache['mask'].shape
     lengths = base.row_lengths(cache, query.shape[0])  # [N]
     tau = math.inf if train else self.config.tau
@@ -135,7 +138,8 @@ class FlexibleAttention(content.ContentAttention):
       # float32 weights: the next step's penalty is centred on p_t.
       memory = cache['memory']
       dtype = base.float32_or_wider(memory.dtype)
-      weights = self.attend_all(query, cache, offset, dtype)  # [N, S]
+      # [N, S]
+      weights = self.attend_all(query, cache, offset, dtype, coverage)
       context = base.grouped_matmul(weights.astype(memory.dtype), memory)
       center = jnp.sum(weights * positions, -1)
       diagnostics.update(
@@ -157,6 +161,7 @@ class FlexibleAttention(content.ContentAttention):
           cache,
           g,
           previous,
+          coverage,
       )
       context, center, full_weights, computed = out
       diagnostics.update(
@@ -168,13 +173,25 @@ class FlexibleAttention(content.ContentAttention):
     diagnostics['center'] = center
     if with_weights:
       diagnostics['weights'] = full_weights
-    return context, {'center': center}, diagnostics
+    state = self.covered(dict(state, center=center), full_weights)
+    return context, state, diagnostics
 
   def windowed(
-      self, width, with_weights, start, first, last, query, cache, g, previous
+      self,
+      width,
+      with_weights,
+      start,
+      first,
+      last,
+      query,
+      cache,
+      g,
+      previous,
+      coverage,
   ):
     """Attention of each row over its kept positions first..last [N], within
-    its sentence's window of `width` positions from start [B]."""
+    its sentence's window of `width` positions from start [B]; coverage
+    [N, S] or None."""
     positions, rows, valid = self.window_rows(width, start, first, last)
     offset = -self.penalty(g, previous, rows)
     context, weights, scattered = self.window_context(
@@ -185,6 +202,7 @@ class FlexibleAttention(content.ContentAttention):
         valid,
         offset,
         with_weights=with_weights,
+        coverage=coverage,
         # At least float32: p_t centres the next step's penalty.
         dtype=base.float32_or_wider(cache['memory'].dtype),
     )

@@ -20,7 +20,8 @@ class GlobalAttention(content.ContentAttention):
       self, query, cache, state, step, with_weights=False, train=False
   ):
     del step, train
-    weights = self.attend_all(query, cache)  # [N, S]
+    # [N, S]
+    weights = self.attend_all(query, cache, coverage=state.get('coverage'))
     context = base.grouped_matmul(weights, cache['memory'])  # [N, D]
     diagnostics = {
         'window': base.row_lengths(cache, query.shape[0]).astype(jnp.float32),
@@ -29,7 +30,7 @@ class GlobalAttention(content.ContentAttention):
     }
     if with_weights:
       diagnostics['weights'] = weights
-    return context, state, diagnostics
+    return context, self.covered(state, weights), diagnostics
 
   @classmethod
   def cost(cls, model_config, source_length):

@@ -33,7 +33,7 @@ WINDOW_FIELD = {
 class LocalAttention(content.ContentAttention):
   """The window, softmax and context shared by local-m and local-p."""
 
-  FIELDS = {**content.SCORE_FIELD, **WINDOW_FIELD}
+  FIELDS = {**content.SCORE_FIELD, **content.COVERAGE_FIELD, **WINDOW_FIELD}
   GROUPED_CACHE = True
   # Whether the G rows of a sentence have one centre (local-m: p_t = t).
   SHARED_CENTER = False
@@ -73,6 +73,7 @@ class LocalAttention(content.ContentAttention):
         query,
         cache,
         p,
+        state.get('coverage'),
     )
     diagnostics = {
         'window': (last - first + 1).astype(jnp.float32),
@@ -83,11 +84,14 @@ class LocalAttention(content.ContentAttention):
     }
     if with_weights:
       diagnostics['weights'] = weights
-    return context, state, diagnostics
+    return context, self.covered(state, weights), diagnostics
 
-  def windowed(self, width, with_weights, start, first, last, query, cache, p):
+  def windowed(
+      self, width, with_weights, start, first, last, query, cache, p, coverage
+  ):
     """Attention of each row over its window first..last [N], within its
-    sentence's window of `width` positions from start [B]."""
+    sentence's window of `width` positions from start [B]; coverage [N, S]
+    or None."""
     positions, rows, valid = self.window_rows(width, start, first, last)
     context, _, scattered = self.window_context(
         query,
@@ -97,6 +101,7 @@ class LocalAttention(content.ContentAttention):
         valid,
         scale=self.scale(rows, p),
         with_weights=with_weights,
+        coverage=coverage,
     )
     return context, jnp.full(p.shape, float(width)), scattered
 

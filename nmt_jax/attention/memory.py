@@ -132,6 +132,9 @@ class MemoryAttention(base.Attention):
 
   @classmethod
   def validate(cls, config):
+    # W_beta h_t scores K slots: there is no score per source position for
+    # a coverage C_t(s) to enter (beta_t alpha^T is an output, not a score).
+    base.refuse_coverage(config, 'scores memory slots, not source positions')
     attention = config.model.attention
     longest = config.data.max_length + 1
     if (

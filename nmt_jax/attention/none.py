@@ -31,6 +31,10 @@ class NoAttention(base.Attention):
     return context, state, {'window': nothing, 'computed': nothing}
 
   @classmethod
+  def validate(cls, config):
+    base.refuse_coverage(config, 'has no attention')
+
+  @classmethod
   def cost(cls, model_config, source_length):
     del model_config, source_length
     return base.Cost(0.0, 0.0, 0.0)

@@ -318,6 +318,11 @@ def get_config(arg=None):
   config.decode.sample_seed = 0
   # GNMT length penalty ((5 + len) / 6) ** alpha; 0 = raw log-probability.
   config.decode.length_penalty = 0.6
+  # GNMT coverage penalty beta (Wu et al. 2016): beam search adds
+  # beta * sum_i log(min(sum_t a_t(i), 1)) over the source positions i to a
+  # finished hypothesis' score, penalising sources left unattended. 0 = off;
+  # beam search only (greedy search ranks nothing).
+  config.decode.coverage_penalty = 0.0
   # A hypothesis has at most ratio * source_length + offset tokens (incl. EOS).
   config.decode.max_length_ratio = 2.0
   config.decode.max_length_offset = 10

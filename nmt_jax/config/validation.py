@@ -74,6 +74,7 @@ NON_NEGATIVE = (
     'decode.nbest',
     'decode.top_k',
     'decode.length_penalty',
+    'decode.coverage_penalty',
     'model.output_hidden_size',
     'model.readout_size',
     'model.dropout',
@@ -355,10 +356,22 @@ def _check_decode(config):
         f' decode.alignments is {decode.alignments!r}',
         'set --config.decode.alignments=soft, or drop the file',
     )
-  if decode.alignments or decode.replace_unk:
+  if decode.coverage_penalty and decode.beam_size == 1:
+    raise errors.config_error(
+        'decode.coverage_penalty',
+        decode.coverage_penalty,
+        'rescores the finished hypotheses of beam search, but'
+        ' decode.beam_size=1 is greedy search, which has one',
+        'raise decode.beam_size, or set it to 0',
+    )
+  if decode.alignments or decode.replace_unk or decode.coverage_penalty:
     kind = attention.get(config.model.attention.kind)
     if not kind.HAS_CONTEXT:
-      field = 'alignments' if decode.alignments else 'replace_unk'
+      field = next(
+          f
+          for f in ('alignments', 'replace_unk', 'coverage_penalty')
+          if decode[f]
+      )
       raise errors.config_error(
           f'decode.{field}',
           decode[field],

@@ -16,6 +16,7 @@ from nmt_jax.data import dataset
 from nmt_jax.data import segmentation
 from nmt_jax.data.vocab import EOS
 from nmt_jax.data.vocab import PAD
+from nmt_jax.decoding import loop
 from nmt_jax.decoding import metrics as metrics_lib
 from nmt_jax.decoding import outputs
 from nmt_jax.decoding import scorers
@@ -144,7 +145,7 @@ def decode_split(
     cpu.append(cpu_seconds)
 
   nbest = [None] * count
-  windows = search.Windows(*(np.zeros(count) for _ in search.Windows._fields))
+  windows = loop.Windows(*(np.zeros(count) for _ in loop.Windows._fields))
   source_lengths = np.zeros(count)
   for (rows, batch), out in zip(batches, outputs):
     lengths = np.sum(batch['source'] != PAD, axis=1)
@@ -187,7 +188,7 @@ def window_metrics(windows, source_lengths) -> Dict[str, float]:
     avg_source_length      mean source length.
   """
   if not len(source_lengths):  # nothing decoded
-    windows, source_lengths = search.Windows(*np.zeros((3, 1))), np.ones(1)
+    windows, source_lengths = loop.Windows(*np.zeros((3, 1))), np.ones(1)
   steps = np.maximum(windows.steps, 1.0)
   window, computed = windows.window / steps, windows.computed / steps
   return {

@@ -92,6 +92,12 @@ def non_negative_or_inf(field: str, value: Any):
     )
 
 
+def boolean(field: str, value: Any):
+  """Checks value is True or False."""
+  if not isinstance(value, bool):
+    raise config_error(field, value, 'must be True or False', 'give a bool')
+
+
 def one_of(*choices: str):
   """A check that value is one of `choices`."""
 

@@ -17,6 +17,8 @@ from nmt_jax.attention import memory as memory_kind
 from nmt_jax.config import defaults
 from nmt_jax.config import validation
 from nmt_jax.data.vocab import PAD
+from nmt_jax.decoding import beam
+from nmt_jax.decoding import loop
 from nmt_jax.decoding import search
 from nmt_jax.model import seq2seq
 from nmt_jax.system import errors
@@ -555,11 +557,11 @@ def test_beam_one_equals_greedy_and_state_follows_the_beams(kind, extra):
   )(params, source)
   beam1 = jax.jit(
       functools.partial(
-          search.beam_search, model, beam_size=1, alpha=0.0, ratio=1.5, offset=2
+          beam.beam_search, model, beam_size=1, alpha=0.0, ratio=1.5, offset=2
       )
   )(params, source)
   np.testing.assert_array_equal(greedy.tokens, beam1.tokens)
-  for field in search.Windows._fields:
+  for field in loop.Windows._fields:
     np.testing.assert_allclose(
         getattr(greedy.windows, field),
         getattr(beam1.windows, field),
@@ -570,7 +572,7 @@ def test_beam_one_equals_greedy_and_state_follows_the_beams(kind, extra):
   # teacher-forcing it: its recurrent attention state (p_{t-1}, ...) was reordered with it.
   beam3 = jax.jit(
       functools.partial(
-          search.beam_search,
+          beam.beam_search,
           model,
           beam_size=3,
           alpha=0.6,

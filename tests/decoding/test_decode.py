@@ -14,7 +14,9 @@ from nmt_jax.data import dataset
 from nmt_jax.data.vocab import BOS
 from nmt_jax.data.vocab import EOS
 from nmt_jax.data.vocab import PAD
+from nmt_jax.decoding import beam
 from nmt_jax.decoding import evaluation
+from nmt_jax.decoding import loop
 from nmt_jax.decoding import scorers
 from nmt_jax.decoding import search
 from nmt_jax.model import seq2seq
@@ -43,8 +45,8 @@ def _sources(seed=0, batch=6, length=6):
   return helpers.random_batch(np.random.default_rng(seed), batch, length, 4)[0]
 
 
-def _search_fn(model, k=1, alpha=0.0, beam=False, **kw):
-  """A jitted greedy (k = 1, not `beam`) or beam search: (params, source)
+def _search_fn(model, k=1, alpha=0.0, force_beam=False, **kw):
+  """A jitted greedy (k = 1, not `force_beam`) or beam search: (params, source)
   -> its output.
 
   A new function (traced afresh) per call: reuse it for several sources.
@@ -56,11 +58,11 @@ def _search_fn(model, k=1, alpha=0.0, beam=False, **kw):
       with_diagnostics=kw.get('with_diagnostics', False),
       unroll=kw.get('unroll', 1),
   )
-  if k == 1 and not beam:
+  if k == 1 and not force_beam:
     return jax.jit(functools.partial(search.greedy_search, model, **options))
   return jax.jit(
       functools.partial(
-          search.beam_search, model, beam_size=k, alpha=alpha, **options
+          beam.beam_search, model, beam_size=k, alpha=alpha, **options
       )
   )
 
@@ -70,7 +72,7 @@ def _greedy(model, params, source, **kw):
 
 
 def _beam(model, params, source, k, alpha, **kw):
-  return _search_fn(model, k, alpha, beam=True, **kw)(params, source)
+  return _search_fn(model, k, alpha, force_beam=True, **kw)(params, source)
 
 
 def _strip(tokens):
@@ -115,10 +117,10 @@ def test_beam_one_equals_greedy(query):
   _, model, params = _setup(query)
   source = _sources()
   greedy = _greedy(model, params, source)
-  beam = _beam(model, params, source, 1, 0.0)
-  for g, b in zip(greedy.tokens, beam.tokens):
+  beamed = _beam(model, params, source, 1, 0.0)
+  for g, b in zip(greedy.tokens, beamed.tokens):
     assert _strip(g) == _strip(b)
-  np.testing.assert_allclose(greedy.scores, beam.scores, rtol=1e-5)
+  np.testing.assert_allclose(greedy.scores, beamed.scores, rtol=1e-5)
 
 
 # Each table (the gates; flexible's attention rows; maxout's readout rows)
@@ -214,7 +216,7 @@ def test_beam_search_is_exact_when_the_beam_holds_every_prefix():
     )
     logprobs = _sequence_logprobs(model, params, source[row], candidates)
     scored = [
-        (lp / search.length_penalty(len(c), alpha), c)
+        (lp / beam.length_penalty(len(c), alpha), c)
         for lp, c in zip(logprobs, candidates)
     ]
     best_score, best = max(scored)
@@ -237,8 +239,7 @@ def test_beam_scores_are_normalised_log_probs_and_nbest_is_sorted():
     assert all(h[-1] == EOS for h in hyps)
     logprobs = _sequence_logprobs(model, params, source[row], hyps)
     expected = [
-        lp / search.length_penalty(len(h), alpha)
-        for lp, h in zip(logprobs, hyps)
+        lp / beam.length_penalty(len(h), alpha) for lp, h in zip(logprobs, hyps)
     ]
     np.testing.assert_allclose(scores, expected, rtol=1e-4)
 
@@ -278,8 +279,8 @@ def test_a_row_filling_its_width_gets_the_last_step():
   lengths = np.arange(1, 301)
   source = np.where(np.arange(300)[None, :] < lengths[:, None], 5, PAD)
   for ratio in (1.3, 1.4, 1.5, 2.1, 2.3, 0.58):
-    limits = np.asarray(search.length_limits(source, ratio, 2))
-    bounds = [search.max_steps(n, ratio, 2) for n in lengths]
+    limits = np.asarray(loop.length_limits(source, ratio, 2))
+    bounds = [loop.max_steps(n, ratio, 2) for n in lengths]
     np.testing.assert_array_equal(limits, bounds, err_msg=str(ratio))
 
 
@@ -300,7 +301,7 @@ def test_diagnostics_follow_the_best_hypothesis():
   source = _sources(seed=7, batch=2)
   fn = jax.jit(
       functools.partial(
-          search.beam_search,
+          beam.beam_search,
           model,
           beam_size=3,
           alpha=0.0,
@@ -497,7 +498,7 @@ def test_unrolled_search_loops_decode_as_the_plain_ones(k):
         unrolled.diagnostics[name], value, rtol=1e-5, atol=1e-6, err_msg=name
     )
   # The loop body runs 5 decoder steps (each has one output softmax).
-  decode_fn = search.greedy_search if k == 1 else search.beam_search
+  decode_fn = search.greedy_search if k == 1 else beam.beam_search
   kwargs = {} if k == 1 else dict(beam_size=k, alpha=0.6)
   jaxprs = [
       jax.make_jaxpr(
@@ -516,7 +517,5 @@ def test_an_unrolled_loop_stops_where_the_plain_one_does():
   cond = lambda c: c[0] < 7
   body = lambda c: (c[0] + 1, c[1] * 2.0)
   for unroll in (1, 2, 3, 7, 8):
-    i, x = jax.lax.while_loop(
-        cond, search.unrolled(cond, body, unroll), (0, 1.0)
-    )
+    i, x = jax.lax.while_loop(cond, loop.unrolled(cond, body, unroll), (0, 1.0))
     assert (int(i), float(x)) == (7, 128.0), unroll

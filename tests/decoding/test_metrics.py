@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 
 from nmt_jax.decoding import evaluation
+from nmt_jax.decoding import loop
 from nmt_jax.decoding import metrics
-from nmt_jax.decoding import search
 
 
 def test_perfect_and_partial_translations():
@@ -41,7 +41,7 @@ def test_ribes_of_exact_copies_is_nltks():
 def test_window_metrics_average_sentences_then_steps():
   # Sentence 1: 2 steps attending 3 positions each of a 4-token source,
   # 8 scored; sentence 2: 4 steps attending 5 of 10, 16 scored.
-  windows = search.Windows(
+  windows = loop.Windows(
       window=np.array([6.0, 20.0]),
       computed=np.array([16.0, 64.0]),
       steps=np.array([2.0, 4.0]),
@@ -57,7 +57,7 @@ def test_window_metrics_average_sentences_then_steps():
   }
   assert result == pytest.approx(expected)
   empty = evaluation.window_metrics(
-      search.Windows(*np.zeros((3, 0))), np.zeros(0)
+      loop.Windows(*np.zeros((3, 0))), np.zeros(0)
   )
   assert all(np.isfinite(v) for v in empty.values())
 

@@ -13,6 +13,7 @@ from nmt_jax.config import validation
 from nmt_jax.data.vocab import BOS
 from nmt_jax.data.vocab import EOS
 from nmt_jax.data.vocab import PAD
+from nmt_jax.decoding import loop
 from nmt_jax.decoding import sampling
 from nmt_jax.decoding import scorers
 from nmt_jax.decoding import search
@@ -78,7 +79,7 @@ def test_samples_are_the_sentences_own_whatever_the_batch():
     """rows: {row of `out`: sentence of `source`}."""
     got_tokens, got_scores = _nbest(out)
     steps = tokens.shape[-1]
-    assert got_tokens.shape[-1] == search.max_steps(width, 2.0, 10) >= steps
+    assert got_tokens.shape[-1] == loop.max_steps(width, 2.0, 10) >= steps
     for row, sentence in rows.items():
       np.testing.assert_array_equal(
           got_tokens[row, :, :steps], tokens[sentence]

@@ -19,6 +19,7 @@ from nmt_jax import attention
 from nmt_jax import inference
 from nmt_jax import train
 from nmt_jax.config import defaults
+from nmt_jax.decoding import beam
 from nmt_jax.decoding import search
 from nmt_jax.training import steps
 from tests import helpers
@@ -64,9 +65,9 @@ def test_bfloat16_logits_are_close_to_float32s_and_searches_run(kind):
 
   greedy_fn = functools.partial(search.greedy_search, ratio=1.5, offset=2)
   greedy = jax.jit(functools.partial(greedy_fn, model16))(params, source)
-  beam = jax.jit(
+  beamed = jax.jit(
       functools.partial(
-          search.beam_search,
+          beam.beam_search,
           model16,
           beam_size=3,
           alpha=0.6,
@@ -74,10 +75,10 @@ def test_bfloat16_logits_are_close_to_float32s_and_searches_run(kind):
           offset=2,
       )
   )(params, source)
-  for out in (greedy, beam):
+  for out in (greedy, beamed):
     assert out.scores.dtype == jnp.float32
     assert np.all(np.isfinite(out.scores)) and np.all(out.scores <= 0)
-  assert greedy.tokens.shape[0] == beam.tokens.shape[0] == 3
+  assert greedy.tokens.shape[0] == beamed.tokens.shape[0] == 3
 
 
 def test_bfloat16_gradients_and_state_stay_float32():
