@@ -25,6 +25,7 @@ import numpy as np
 from nmt_jax.config import cli_flags
 from nmt_jax.system import errors
 from nmt_jax.system import parallel
+from nmt_jax.system import progress_bars
 from nmt_jax.workdir import checkpoint
 from nmt_jax.workdir import folders
 from nmt_jax.workdir import library_logs
@@ -183,7 +184,7 @@ def average_checkpoints(
   try:
     steps = choose_steps(source, last, best)
     states, meta = [], None
-    for step in steps:
+    for step in progress_bars.bar(steps, desc='reading', unit='checkpoint'):
       try:
         state, meta = source.restore_tree(step, sharding)
       except checkpoint.DamagedCheckpoint as e:

@@ -31,6 +31,7 @@ from nmt_jax.system import allocator
 from nmt_jax.system import errors
 from nmt_jax.system import parallel
 from nmt_jax.system import profiling
+from nmt_jax.system import progress_bars
 from nmt_jax.system.errors import Preempted
 from nmt_jax.training import plateau as plateau_lib
 from nmt_jax.training import preemption
@@ -305,7 +306,7 @@ def _train_and_evaluate(config, workdir: str, mesh, evaluate: bool):
     )
     # A resumed run checks its losses against the running mean it had.
     progress.restore_divergence_state(resumed_meta.get('divergence'))
-    time_left = progress_lib.Eta(t.num_steps)
+    time_left = progress_lib.Eta(t.num_steps, t.eval_every)
     sigterm = stack.enter_context(
         preemption.Preemption(t.sigterm_grace_seconds)
     )
@@ -342,15 +343,18 @@ def _train_and_evaluate(config, workdir: str, mesh, evaluate: bool):
         )
         writer.write(done, 'train', record)
         eta = time_left.seconds_left(done, progress.seconds_per_step)
-        _log_progress(done, t.num_steps, record, eta)
+        _log_progress(
+            done, t.num_steps, record, eta, time_left.steps_only(done)
+        )
         progress.reset()
       progress.pause()  # validation and saving are not training time
       result = None
       if validate:
         params = steps.eval_params(train_step.to_global(state))
-        result, hypotheses = evaluator.evaluate(
-            params, task.eval, t.eval_beam_size, limit=t.eval_num_sentences
-        )
+        with time_left.validation():
+          result, hypotheses = evaluator.evaluate(
+              params, task.eval, t.eval_beam_size, limit=t.eval_num_sentences
+          )
         writer.write(done, 'valid', evaluation.scalars(result))
         writer.write_text(done, 'valid/samples', _samples(task, hypotheses))
         if t.attention_images:
@@ -425,19 +429,20 @@ def _log_batch(config, batches, mesh):
   )
 
 
-def _log_progress(step, num_steps, record, eta):
+def _log_progress(step, num_steps, record, eta, steps_only):
   per_device = ''
   if record['devices'] > 1:
     per_device = f' ({record["tokens_per_sec_per_device"]:,.0f} per device)'
   logging.info(
-      'step %d/%d | loss %.4f | %s tgt tok/s%s | lr %.2e | ETA %s',
+      'step %d/%d | loss %.4f | %s tgt tok/s%s | lr %.2e | ETA %s%s',
       step,
       num_steps,
       record['loss'],
       f'{record["tokens_per_sec"]:,.0f}',
       per_device,
       record['learning_rate'],
-      _duration(eta),
+      progress_bars.duration(eta),
+      ' (training steps only: no validation timed yet)' if steps_only else '',
   )
 
 
@@ -476,10 +481,3 @@ def _attention_images(config, evaluator, params, writer, step: int):
 def _samples(task, hypotheses) -> str:
   pairs = zip(task.eval.source_text[:3], hypotheses[:3])
   return '\n\n'.join(f'src: {s}  \nhyp: {h}' for s, h in pairs)
-
-
-def _duration(seconds: float) -> str:
-  seconds = int(seconds)
-  if seconds >= 3600:
-    return f'{seconds // 3600}h{seconds % 3600 // 60:02d}m'
-  return f'{seconds // 60}m{seconds % 60:02d}s'

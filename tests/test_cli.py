@@ -159,6 +159,24 @@ def test_eval_and_translate_modes(trained, tmp_path):
   assert snapshot(os.path.join(trained, 'checkpoints')) == before
 
 
+def test_translate_prints_only_translations_with_the_progress_bar_on(trained):
+  # NMT_JAX_PROGRESS=on draws the bar on stderr though it is not a terminal.
+  env = {**conftest.subprocess_env(), 'NMT_JAX_PROGRESS': 'on'}
+  out = conftest.run_module(
+      'nmt_jax.main',
+      f'--config={CONFIG}',
+      f'--workdir={trained}',
+      '--mode=translate',
+      *QUICK,
+      input_text='a b c\nf e d\n\nb\n',
+      env=env,
+  )
+  assert re.search(r'decoding: +\d+%\|.*\| \d+/\d+ \[', out.stderr)
+  lines = out.stdout.split('\n')
+  assert len(lines) == 5 and lines[2] == '' and lines[4] == ''
+  assert all(set(line.split()) <= set('abcdef') for line in lines)
+
+
 def test_resume_after_sigkill_follows_the_uninterrupted_run(tmp_path):
   args = [
       f'--config={CONFIG}',

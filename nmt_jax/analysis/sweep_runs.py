@@ -27,6 +27,7 @@ from nmt_jax.analysis import runs as runs_lib
 from nmt_jax.config import cli_flags
 from nmt_jax.config import validation
 from nmt_jax.system import errors
+from nmt_jax.system import progress_bars
 from nmt_jax.training import plateau
 from nmt_jax.workdir import run_config
 
@@ -327,7 +328,7 @@ def run_sweep(
   With mode 'eval', evaluates each trained run instead.
   """
   failed = []
-  for i, run in enumerate(runs):
+  for i, run in enumerate(progress_bars.bar(runs, desc='sweep', unit='run')):
     command = run.command(root, mode)
     if dry_run:
       print(' '.join(shlex.quote(a) for a in command))

@@ -23,6 +23,7 @@ import numpy as np
 
 from nmt_jax.data import dataset
 from nmt_jax.data import vocab as vocab_lib
+from nmt_jax.system import progress_bars
 from nmt_jax.system.errors import DataError
 
 CACHE_DIR = 'data_cache'
@@ -48,7 +49,10 @@ def encode_split(
   dropped = {'empty': 0, 'too_long': 0}
   # Lines encoded per call (SentencePiece encodes a list in one C++ call).
   chunk = 10_000
-  for start in range(0, len(source_lines), chunk):
+  starts = range(0, len(source_lines), chunk)
+  for start in progress_bars.bar(
+      starts, desc=f'encoding {where}', unit='chunk'
+  ):
     sources = source_vocab.encode_lines(
         source_lines[start : start + chunk], start + 1
     )

@@ -15,6 +15,7 @@ from typing import Iterable, List, Sequence
 import numpy as np
 import sentencepiece
 
+from nmt_jax.system import progress_bars
 from nmt_jax.system.errors import DataError
 
 PAD, BOS, EOS, UNK = 0, 1, 2, 3
@@ -92,7 +93,7 @@ class Vocab:
 
 def word_counts(texts: Iterable[str], split=str.split) -> collections.Counter:
   counts = collections.Counter()
-  for text in texts:
+  for text in progress_bars.bar(texts, desc='counting', unit='line'):
     counts.update(split(text))
   return counts
 
@@ -266,7 +267,9 @@ def build_vocab(
   model = io.BytesIO()
   try:
     sentencepiece.SentencePieceTrainer.train(
-        sentence_iterator=iter(texts),
+        sentence_iterator=iter(
+            progress_bars.bar(texts, desc='SentencePiece reading', unit='line')
+        ),
         model_writer=model,
         vocab_size=size,
         model_type=model_type,

@@ -22,6 +22,7 @@ from nmt_jax.decoding import outputs
 from nmt_jax.decoding import scorers
 from nmt_jax.decoding import search
 from nmt_jax.system import parallel
+from nmt_jax.system import progress_bars
 from nmt_jax.system import timing
 from nmt_jax.system.errors import ConfigError
 
@@ -127,6 +128,7 @@ def decode_split(
 
   def run_pass():
     outputs = [compiled(params, source) for source in sources]
+    progress_bars.wait_each(outputs, 'decoding')
     return (
         parallel.to_host(outputs)
         if mesh is not None
@@ -277,8 +279,11 @@ class Evaluator:
     Returns one [len(target)] array per pair, in split order.
     """
     out = [None] * len(split)
-    for rows, batch in batching.eval_batches(
-        split, batch_size, self.boundaries
+    for rows, batch in progress_bars.bar(
+        batching.eval_batches(split, batch_size, self.boundaries),
+        total=-(-len(split) // batch_size),
+        desc='scoring',
+        unit='batch',
     ):
       sharded = parallel.shard_global_batch(batch, self.mesh)
       values = parallel.to_host(self._target_log_probs(params, sharded))

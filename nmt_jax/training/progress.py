@@ -4,6 +4,7 @@ A NaN or infinite loss, or a diverging one, stops training with a
 TrainingError naming the last checkpoint.
 """
 
+import contextlib
 import math
 import time
 from typing import Callable, Dict, Optional
@@ -150,20 +151,84 @@ class Progress:
     }
 
 
-class Eta:
-  """Time left to `num_steps`, from the wall time since the first log line.
+def seconds_left(
+    step: int,
+    num_steps: int,
+    eval_every: int,
+    seconds_per_step: float,
+    seconds_per_validation: Optional[float],
+) -> float:
+  """At the log line of `step`: the seconds training still takes.
 
-  The first window holds the compilation of the step (and of each bucket
-  met), and one window's rate swings with validations, checkpoints and the
-  lengths its batches drew: the estimate averages everything after the
-  first log line, validation and saving included, so it is the time the run
-  will take. Before there is such an interval, the first window's rate.
+  Remaining steps x seconds per step, plus the validations still to come x
+  seconds per validation (None: none timed yet, the steps alone). A run
+  validates every eval_every steps and at its last step; at a log line the
+  validation of that step is still to come.
+  """
+  time = max(num_steps - step, 0) * seconds_per_step
+  if seconds_per_validation is not None:
+    time += validations_left(step, num_steps, eval_every) * (
+        seconds_per_validation
+    )
+  return time
+
+
+def validations_left(step: int, num_steps: int, eval_every: int) -> int:
+  """Validations at the steps in [step, num_steps] (every eval_every, last)."""
+  if step > num_steps:
+    return 0
+  last = 1 if num_steps % eval_every else 0
+  return num_steps // eval_every - (step - 1) // eval_every + last
+
+
+class Eta:
+  """Time left to `num_steps`: training steps and validations timed apart.
+
+  Seconds per step: the wall time since the first log line less the
+  validations in it, over the steps since (checkpoint saves included, as
+  they recur with the steps); the first window holds the compilation of the
+  step (and of each bucket met), so it counts only until there is a later
+  one. Seconds per validation: the mean of the validations timed so far,
+  the first (which compiles the decoder) left out once there are others.
+  Before the first validation the estimate is the steps alone
+  (`steps_only`). The final evaluation of a test split (--mode=train's
+  last act) is not counted: it decodes another split, often with another
+  beam, so no validation measures it.
   """
 
-  def __init__(self, num_steps: int, clock: Callable[[], float] = None):
+  def __init__(
+      self,
+      num_steps: int,
+      eval_every: int,
+      clock: Callable[[], float] = None,
+  ):
     self.num_steps = num_steps
+    self.eval_every = eval_every
     self._clock = clock or time.perf_counter
     self._origin = None  # (time, step) of the first log line
+    self._validations = []  # seconds of each validation timed
+    self._validating = 0.0  # seconds of those after the origin
+
+  @contextlib.contextmanager
+  def validation(self):
+    """Times the validation run inside it."""
+    start = self._clock()
+    yield
+    seconds = self._clock() - start
+    self._validations.append(seconds)
+    if self._origin is not None:
+      self._validating += seconds
+
+  @property
+  def seconds_per_validation(self) -> Optional[float]:
+    timed = self._validations[1:] or self._validations
+    return sum(timed) / len(timed) if timed else None
+
+  def steps_only(self, step: int) -> bool:
+    """Whether validations are still to come but none was timed yet."""
+    return not self._validations and bool(
+        validations_left(step, self.num_steps, self.eval_every)
+    )
 
   def seconds_left(self, step: int, window_seconds_per_step: float) -> float:
     """At a log line of `step`: the seconds to num_steps."""
@@ -172,5 +237,12 @@ class Eta:
       self._origin = self._origin or (now, step)
       per_step = window_seconds_per_step
     else:
-      per_step = (now - self._origin[0]) / (step - self._origin[1])
-    return per_step * max(self.num_steps - step, 0)
+      training = now - self._origin[0] - self._validating
+      per_step = training / (step - self._origin[1])
+    return seconds_left(
+        step,
+        self.num_steps,
+        self.eval_every,
+        per_step,
+        self.seconds_per_validation,
+    )

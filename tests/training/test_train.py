@@ -501,16 +501,39 @@ def test_an_empty_choice_is_spelled_out_in_the_advice():
     errors.one_of('', 'pharaoh')('decode.alignments', 'pharoah')
 
 
-def test_the_eta_averages_everything_after_the_first_log_line():
+def test_the_eta_is_steps_times_step_time_plus_validations_left():
+  # eval_every 100 to step 250: validations at 100, 200 and 250 (the last).
+  left = {s: progress_lib.validations_left(s, 250, 100) for s in (1, 101, 251)}
+  assert left == {1: 3, 101: 2, 251: 0}
+  for num_steps, every in ((250, 100), (200, 100), (7, 3), (5, 1), (4, 9)):
+    for step in range(1, num_steps + 2):  # against counting them one by one
+      counted = sum(
+          s % every == 0 or s == num_steps for s in range(step, num_steps + 1)
+      )
+      assert progress_lib.validations_left(step, num_steps, every) == counted
+  # At step 120: 130 steps of 0.5 s and 2 validations of 20 s to come.
+  assert progress_lib.seconds_left(120, 250, 100, 0.5, 20.0) == 65.0 + 40.0
+  assert progress_lib.seconds_left(120, 250, 100, 0.5, None) == 65.0
+
+
+def test_the_eta_times_steps_and_validations_apart():
   now = [0.0]
-  eta = progress_lib.Eta(1000, clock=lambda: now[0])
-  now[0] = 60.0  # step 50: a window that compiled (1.2 s/step)
+  eta = progress_lib.Eta(1000, eval_every=100, clock=lambda: now[0])
+  now[0] = 60.0  # step 50: a window that compiled (1.2 s/step); no validation
   assert eta.seconds_left(50, 1.2) == pytest.approx(950 * 1.2)
-  now[0] = 65.0  # step 100: 0.1 s/step
+  assert eta.steps_only(50)
+  now[0] = 65.0  # step 100: 0.1 s/step, its validation still to come
   assert eta.seconds_left(100, 0.1) == pytest.approx(900 * 0.1)
-  now[0] = 95.0  # step 150, after a 25 s validation: 35 s for 100 steps
-  assert eta.seconds_left(150, 0.1) == pytest.approx(850 * 0.35)
-  now[0] = 100.0  # step 200: (100 - 60) / 150 steps; the window said 0.1
-  assert eta.seconds_left(200, 0.1) == pytest.approx(800 * 40 / 150)
-  now[0] = 110.0
-  assert eta.seconds_left(1000, 0.1) == 0.0
+  with eta.validation():  # the first, compiling the decoder
+    now[0] += 25.0
+  assert not eta.steps_only(100)
+  now[0] = 100.0  # step 150: 15 s of steps since step 50, a 25 s validation
+  # 850 steps of 0.15 s, validations at 200, ..., 1000 of 25 s.
+  assert eta.seconds_left(150, 0.3) == pytest.approx(850 * 0.15 + 9 * 25.0)
+  with eta.validation():  # step 200: 5 s; the compiling first one left out
+    now[0] += 5.0
+  now[0] = 130.0  # step 250: 40 s of steps in 200
+  assert eta.seconds_left(250, 0.3) == pytest.approx(750 * 0.2 + 8 * 5.0)
+  now[0] = 200.0
+  assert eta.seconds_left(1000, 0.1) == pytest.approx(5.0)  # the last one
+  assert progress_lib.Eta(10, 100).steps_only(10)  # the last step validates
