@@ -98,6 +98,10 @@ class StackedLSTMCell(nn.Module):
         gates = self._normed_gates(layer, inputs, h, x_gates, project)
         cell_norm = lstm.norm_params(self, f'cell_norm_{layer}', h_size)
       else:
+        # The bias before the kernel: parameters draw their initial values
+        # in the order they are created (the same values as before the
+        # layer-norm path existed).
+        bias = x_gates if layer == 0 else self._bias(layer)
         # [B, in + H]
         stacked = jnp.concatenate(inputs + [h], axis=-1)
         gates = project(
@@ -105,7 +109,7 @@ class StackedLSTMCell(nn.Module):
             stacked,
             stacked_kernel_init(stacked.shape[-1] - h_size),
         )
-        gates = gates + (x_gates if layer == 0 else self._bias(layer))
+        gates = gates + bias
         cell_norm = None
       new.append(lstm.lstm_update(carry, gates, cell_norm))
       output = new[-1][1]

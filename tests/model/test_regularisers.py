@@ -370,3 +370,27 @@ def test_uniform_init_keeps_layer_norm_gains_near_one():
   assert np.all(np.abs(np.asarray(drawn['cell_norm_scale']) - 1) < 0.1)
   assert np.any(np.asarray(drawn['cell_norm_scale']) != 1)
   assert np.all(np.abs(np.asarray(drawn['cell_norm_bias'])) < 0.1)
+
+
+def test_switches_off_keep_the_models_values_from_before_they_existed():
+  """With every switch off, a 2-layer model starts from the parameters and
+  computes the training loss (dropout on) it did before the switches were
+  added: the values below were computed then. Parameters draw their initial
+  values in the order they are created, so a reordered `self.param` shows
+  here, as a shifted dropout stream does."""
+  config = helpers.tiny_config(
+      'global',
+      hidden_size=16,
+      embed_size=16,
+      dropout=0.2,
+      num_encoder_layers=2,
+      num_decoder_layers=2,
+  )
+  loss_and_grads, params = helpers.loss_and_grads(config)
+  total = sum(
+      np.sum(np.abs(np.asarray(x)), dtype=np.float64)
+      for x in jax.tree_util.tree_leaves(params)
+  )
+  np.testing.assert_allclose(total, 1942.098370331456, rtol=1e-6)
+  loss, _ = jax.jit(loss_and_grads)(params)
+  np.testing.assert_allclose(float(loss), 16.148740768432617, rtol=1e-5)
