@@ -95,3 +95,30 @@ def loss_and_grads(config):
     return jnp.sum(per_token * (target_out != 0))
 
   return jax.value_and_grad(loss), params
+
+
+def stepwise_logits(model, params, source, target_in, table=None):
+  """Logits [B, T, V] of decoding target_in [B, T] one token at a time:
+  Seq2Seq.encode, then decode_step per token (with `table`, the decoders'
+  per-word table of Seq2Seq.token_table)."""
+  encode = jax.jit(
+      lambda s: model.apply(
+          {'params': params}, s, method=seq2seq.Seq2Seq.encode
+      )
+  )
+  step = jax.jit(
+      lambda state, cache, tokens, table: model.apply(
+          {'params': params},
+          state,
+          cache,
+          tokens,
+          table=table,
+          method=seq2seq.Seq2Seq.decode_step,
+      )
+  )
+  cache, state = encode(source)
+  logits = []
+  for t in range(target_in.shape[1]):
+    state, step_logits, _ = step(state, cache, target_in[:, t], table)
+    logits.append(step_logits)
+  return np.stack(logits, axis=1)

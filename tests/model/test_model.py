@@ -57,24 +57,9 @@ def test_stepwise_decoding_equals_scanned_forward(kind, score, query, extra):
   model, params, apply = _setup(kind, score, query, extra)
   source, target_in, _ = helpers.random_batch(np.random.default_rng(0), 3, 7, 6)
   logits = apply(source, target_in)
-  encode = jax.jit(
-      lambda s: model.apply(
-          {'params': params}, s, method=seq2seq.Seq2Seq.encode
-      )
-  )
-  step = jax.jit(
-      lambda state, cache, tokens: model.apply(
-          {'params': params},
-          state,
-          cache,
-          tokens,
-          method=seq2seq.Seq2Seq.decode_step,
-      )
-  )
-  cache, state = encode(source)
+  stepwise = helpers.stepwise_logits(model, params, source, target_in)
   for t in range(target_in.shape[1]):
-    state, step_logits, _ = step(state, cache, target_in[:, t])
-    np.testing.assert_allclose(step_logits, logits[:, t], atol=1e-5)
+    np.testing.assert_allclose(stepwise[:, t], logits[:, t], atol=1e-5)
 
 
 @pytest.mark.parametrize('kind,score,query,extra', DECODERS)

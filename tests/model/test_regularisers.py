@@ -177,31 +177,14 @@ def test_stepwise_decoding_equals_scanned_forward(kind, score, query, extra):
   model, params, apply = _setup(kind, score, query, extra)
   source, target_in, _ = helpers.random_batch(np.random.default_rng(0), 3, 7, 6)
   logits = apply(source, target_in)
-  encode = jax.jit(
-      lambda s: model.apply(
-          {'params': params}, s, method=seq2seq.Seq2Seq.encode
-      )
-  )
-  step = jax.jit(
-      lambda state, cache, tokens, table: model.apply(
-          {'params': params},
-          state,
-          cache,
-          tokens,
-          table=table,
-          method=seq2seq.Seq2Seq.decode_step,
-      )
-  )
+  stepwise = helpers.stepwise_logits(model, params, source, target_in)
   # Also from the decoders' per-word gate table (layer 0's embedding gates;
   # without a bias under layer normalisation).
   table = model.apply({'params': params}, method=seq2seq.Seq2Seq.token_table)
-  cache, state = encode(source)
-  tabled = state
+  tabled = helpers.stepwise_logits(model, params, source, target_in, table)
   for t in range(target_in.shape[1]):
-    state, step_logits, _ = step(state, cache, target_in[:, t], None)
-    np.testing.assert_allclose(step_logits, logits[:, t], atol=1e-5)
-    tabled, tabled_logits, _ = step(tabled, cache, target_in[:, t], table)
-    np.testing.assert_allclose(tabled_logits, logits[:, t], atol=1e-5)
+    np.testing.assert_allclose(stepwise[:, t], logits[:, t], atol=1e-5)
+    np.testing.assert_allclose(tabled[:, t], logits[:, t], atol=1e-5)
 
 
 @pytest.mark.parametrize('kind,score,query,extra', SETUPS)
