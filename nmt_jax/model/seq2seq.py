@@ -269,6 +269,19 @@ class Decoder(nn.Module):
       logits = self.output(htilde)
     return attention_lib.at_least_float32(logits)
 
+  def softmax_layer(self, htilde):
+    """htilde [..., R] -> (x [..., R'], kernel [R', V], bias [V]).
+
+    logits = x kernel + bias (as `logits` makes them): what
+    training's fused softmax and loss (training/fused_softmax.py) take.
+    """
+    if self.config.output_hidden_size:
+      htilde = jnp.tanh(self.output_hidden(htilde))
+    if self.config.tie_embeddings:
+      return htilde, self.embed.embedding.T, self.output_bias
+    params = self.output.variables['params']
+    return htilde, params['kernel'], params['bias']
+
   def __call__(self, cache, state, target_in, train=False, with_weights=False):
     """Teacher forcing: target_in [B, T] -> logits [B, T, V], diagnostics.
 
@@ -455,6 +468,10 @@ class Seq2Seq(nn.Module):
   def output_logits(self, htilde):
     """htilde [..., R] -> logits [..., V] (the softmax layer)."""
     return self.decoder.logits(htilde)
+
+  def softmax_layer(self, htilde):
+    """htilde [..., R] -> (x, kernel, bias): see Decoder.softmax_layer."""
+    return self.decoder.softmax_layer(htilde)
 
   def token_table(self):
     """{name: [V, ...]}: see Decoder.token_table."""

@@ -17,6 +17,7 @@ import optax
 
 from nmt_jax.data.vocab import PAD
 from nmt_jax.model import seq2seq
+from nmt_jax.training import fused_softmax
 
 
 @flax.struct.dataclass
@@ -164,38 +165,6 @@ def cross_entropy(logits, targets, label_smoothing: float = 0.0):
   return jnp.sum(loss * weights), jnp.sum(weights)
 
 
-def chunked_cross_entropy(
-    logits_fn, htilde, targets, chunk: int, label_smoothing: float = 0.0
-):
-  """cross_entropy(logits_fn(htilde), targets), `chunk` positions at a time.
-
-  htilde [B, T, H], targets [B, T]. Each chunk's logits [B, chunk, V] are
-  made, used and, in the backward pass, made again (jax.checkpoint), so the
-  [B, T, V] logits and softmax never exist at once: peak memory for large
-  vocabularies falls by about (T / chunk - 1) of those arrays.
-  """
-  batch, length, width = htilde.shape
-  pad = -length % chunk
-  htilde = jnp.pad(htilde, ((0, 0), (0, pad), (0, 0)))
-  targets = jnp.pad(targets, ((0, 0), (0, pad)), constant_values=PAD)
-  count = (length + pad) // chunk
-  # [count, B, chunk, ...]
-  hs = htilde.reshape(batch, count, chunk, width).swapaxes(0, 1)
-  ts = targets.reshape(batch, count, chunk).swapaxes(0, 1)
-
-  @jax.checkpoint
-  def one_chunk(h, t):
-    return cross_entropy(logits_fn(h), t, label_smoothing)
-
-  def body(sums, xs):
-    loss, tokens = one_chunk(*xs)
-    return (sums[0] + loss, sums[1] + tokens), None
-
-  zero = jnp.zeros((), jnp.float32)
-  (loss_sum, tokens), _ = jax.lax.scan(body, (zero, zero), (hs, ts))
-  return loss_sum, tokens
-
-
 def strength_reward(strength, mask, normalization: str):
   """The penalty strengths g(t) [B, T] that fine-tuning rewards, summed.
 
@@ -256,30 +225,32 @@ def train_step(
   )
 
   def loss_fn(params, batch, dropout_key):
-    chunk = config.train.loss_chunk
-    outputs, diagnostics = model.apply(
-        {'params': params},
+    variables = {'params': params}
+    htilde, diagnostics = model.apply(
+        variables,
         batch['source'],
         batch['target_in'],
         train=True,
         rngs={'dropout': dropout_key},
-        method=seq2seq.Seq2Seq.features if chunk else None,
+        method=seq2seq.Seq2Seq.features,
     )
-    if chunk:  # outputs: htilde [B, T, H]; logits a chunk at a time
-      logits_fn = lambda h: model.apply(
-          {'params': params}, h, method=seq2seq.Seq2Seq.output_logits
-      )
-      loss_sum, tokens = chunked_cross_entropy(
-          logits_fn,
-          outputs,
-          batch['target_out'],
-          chunk,
-          config.train.label_smoothing,
-      )
-    else:  # outputs: logits [B, T, V]
-      loss_sum, tokens = cross_entropy(
-          outputs, batch['target_out'], config.train.label_smoothing
-      )
+    # The softmax layer and the loss in one pass (fused_softmax.py).
+    x, kernel, bias = model.apply(
+        variables, htilde, method=seq2seq.Seq2Seq.softmax_layer
+    )
+    x = x.reshape(-1, x.shape[-1])
+    targets = batch['target_out'].reshape(-1)
+    weights = (targets != PAD).astype(jnp.float32)
+    rows = fused_softmax.chunk_rows(
+        x.shape[0],
+        kernel.shape[1],
+        config.train.loss_chunk,
+        batch['target_out'].shape[0],
+    )
+    loss_sum = fused_softmax.cross_entropy(
+        x, kernel, bias, targets, weights, rows, config.train.label_smoothing
+    )
+    tokens = jnp.sum(weights)
     loss = loss_sum / all_tokens
     if config.train.beta:
       reward = strength_reward(

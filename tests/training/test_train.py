@@ -298,35 +298,6 @@ def test_a_config_files_own_fields_win_over_its_presets():
   assert (tiny.hidden_size, tiny.attention.position_encoding) == (16, 'none')
 
 
-@pytest.mark.parametrize('label_smoothing', [0.0, 0.1])
-def test_chunked_cross_entropy_is_the_whole_one(label_smoothing):
-  rng = np.random.default_rng(3)
-  htilde = jnp.asarray(rng.normal(size=(3, 7, 5)), jnp.float32)
-  weights = jnp.asarray(rng.normal(size=(5, 11)), jnp.float32)
-  targets = jnp.asarray(rng.integers(1, 11, size=(3, 7)))
-  targets = targets.at[0, 5:].set(PAD).at[2, 2:].set(PAD)
-
-  def whole(w):
-    return steps.cross_entropy(htilde @ w, targets, label_smoothing)[0]
-
-  def chunked(w):
-    return steps.chunked_cross_entropy(
-        lambda h: h @ w, htilde, targets, 3, label_smoothing
-    )[0]
-
-  np.testing.assert_allclose(chunked(weights), whole(weights), rtol=1e-5)
-  np.testing.assert_allclose(
-      jax.grad(chunked)(weights),
-      jax.grad(whole)(weights),
-      rtol=1e-4,
-      atol=1e-6,
-  )
-  _, tokens = steps.chunked_cross_entropy(
-      lambda h: h @ weights, htilde, targets, 3
-  )
-  assert tokens == 7 + 5 + 2
-
-
 def _jitted_step(setup, config):
   """steps.train_step of `setup`'s model and optimizer under `config`."""
   return jax.jit(
