@@ -124,7 +124,7 @@ def greedy_search(
     unroll: int = 1
 ) -> loop.DecodeOutput:
   """Argmax decoding of source [B, S] -> loop.DecodeOutput."""
-  argmax = lambda log_probs, _: jnp.argmax(log_probs, -1).astype(jnp.int32)
+  argmax = lambda log_probs, _: loop.argmax(log_probs)
   return _decode_rows(
       model,
       params,
