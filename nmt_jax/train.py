@@ -427,6 +427,13 @@ def _log_batch(config, batches, mesh):
       jax.process_count(),
       config.parallel.mode,
   )
+  kind, _ = batching.training_bucketing(config.data)
+  logging.info(
+      'training length buckets (%s, data.bucketing=%s): %s',
+      kind,
+      config.data.bucketing,
+      ', '.join(map(str, batches.boundaries)),
+  )
 
 
 def _log_progress(step, num_steps, record, eta, steps_only):

@@ -78,12 +78,14 @@ def get_config(arg=None):
   config.data.num_train = 100_000
   config.data.num_eval = 1_000
   # Batches are padded to one of this many bucket lengths, so jit compiles
-  # one train step per bucket instead of one per batch.
-  config.data.num_buckets = 4
-  # Training bucket lengths: 'even' (evenly spaced up to the longest) or
+  # one step per bucket instead of one per batch. 0: 16 for training on a
+  # text or TFDS corpus, 4 on the embedded tasks and for decoding.
+  config.data.num_buckets = 0
+  # Training bucket lengths: 'even' (evenly spaced up to the longest),
   # 'fitted' (the num_buckets lengths that pad the training split least,
-  # from its length histogram).
-  config.data.bucketing = 'even'
+  # from its length histogram) or 'auto' (fitted on a text or TFDS corpus,
+  # even on the embedded tasks; data/batching.py says why).
+  config.data.bucketing = 'auto'
   # Batch by tokens: each bucket's batches hold as many sentences as fit in
   # this many padded tokens (a multiple of the device count).
   # 0 = train.batch_size sentences.

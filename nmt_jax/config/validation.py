@@ -51,11 +51,11 @@ POSITIVE = (
     'data.num_symbols',
     'data.num_train',
     'data.num_eval',
-    'data.num_buckets',
     'data.chunk_size',
     'data.vocab.min_count',
 )
 NON_NEGATIVE = (
+    'data.num_buckets',
     'train.clip_norm',
     'train.label_smoothing',
     'train.weight_decay',
@@ -128,7 +128,7 @@ CHOICES = {
     'decode.ensemble_average': ('log_probs', 'probs'),
     'parallel.mode': ('jit', 'pmap'),
     'data.vocab.kind': ('sentencepiece', 'word', 'char'),
-    'data.bucketing': ('even', 'fitted'),
+    'data.bucketing': ('auto', 'even', 'fitted'),
     'data.vocab.model_type': ('bpe', 'unigram'),
     'data.segmentation': segmentation.KINDS,
 }

@@ -242,6 +242,31 @@ class TrainBatches:
     return make_batch(self.split, examples, length)
 
 
+# data.bucketing = 'auto' and data.num_buckets = 0 by where the data comes
+# from: a real corpus (text:, tfds:) trains in the 16 bucket lengths that pad
+# its training split least (21.8% of the target positions padded in 4 even
+# buckets on a WMT-shaped corpus, 8.1% in 16 fitted: x1.18 target tokens/s
+# at a 16k vocabulary for a one-time 73 s more compilation); the embedded
+# tasks keep 4 even buckets, so their published runs reproduce batch for
+# batch. Decoding (validation, eval) uses even buckets, 4 unless set.
+CORPUS_BUCKETING = ('fitted', 16)
+EMBEDDED_BUCKETING = ('even', 4)
+
+
+def training_bucketing(data_config) -> Tuple[str, int]:
+  """('even' or 'fitted', number of buckets) training uses."""
+  corpus = data_config.name.startswith(('text:', 'tfds:'))
+  kind, count = CORPUS_BUCKETING if corpus else EMBEDDED_BUCKETING
+  if data_config.bucketing != 'auto':
+    kind = data_config.bucketing
+  return kind, data_config.num_buckets or count
+
+
+def decoding_bucket_count(data_config) -> int:
+  """The number of even length buckets decoding batches are padded to."""
+  return data_config.num_buckets or EMBEDDED_BUCKETING[1]
+
+
 def training_batch_sizes(config, devices: int = 1, lengths=None):
   """(bucket boundaries, sentences per batch in each bucket) of a config.
 
@@ -249,11 +274,12 @@ def training_batch_sizes(config, devices: int = 1, lengths=None):
   batches by tokens hold a multiple of this many sentences; a ConfigError
   when data.batch_tokens cannot hold that many of the longest bucket.
   `lengths` (the training examples') place data.bucketing='fitted'
-  boundaries; without them (config checks) the buckets are even, which has
-  the same longest bucket.
+  boundaries (training_bucketing); without them (config checks) the buckets
+  are even, which has the same longest bucket.
   """
-  longest, count = config.data.max_length + 1, config.data.num_buckets
-  if config.data.bucketing == 'fitted' and lengths is not None:
+  longest = config.data.max_length + 1
+  kind, count = training_bucketing(config.data)
+  if kind == 'fitted' and lengths is not None:
     boundaries = fitted_boundaries(lengths, longest, count)
   else:
     boundaries = bucket_boundaries(longest, count)

@@ -256,7 +256,7 @@ class Evaluator:
     self.config, self.task, self.mesh = config, task, mesh
     self.scorer = scorers.as_scorer(model)
     self.boundaries = batching.bucket_boundaries(
-        task.max_length, config.data.num_buckets
+        task.max_length, batching.decoding_bucket_count(config.data)
     )
     self.compiler_options = compiler_options.get(config)
     self.decode_compiler_options = compiler_options.get_decode(config)

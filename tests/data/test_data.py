@@ -199,6 +199,27 @@ def test_fitted_buckets_pad_least():
   assert batching.fitted_boundaries(every, 7, 8) == list(range(1, 8))
 
 
+@pytest.mark.parametrize(
+    'name, bucketing, num_buckets, training, decoding',
+    [
+        ('copy', 'auto', 0, ('even', 4), 4),  # embedded: as published
+        ('text:/data/corpus', 'auto', 0, ('fitted', 16), 4),
+        ('tfds:wmt17_translate/de-en', 'auto', 0, ('fitted', 16), 4),
+        ('text:/data/corpus', 'even', 0, ('even', 16), 4),
+        ('text:/data/corpus', 'auto', 8, ('fitted', 8), 8),
+        ('copy', 'fitted', 6, ('fitted', 6), 6),
+    ],
+)
+def test_automatic_bucketing_by_where_the_data_comes_from(
+    name, bucketing, num_buckets, training, decoding
+):
+  config = defaults.get_config()
+  config.data.name = name
+  config.data.bucketing, config.data.num_buckets = bucketing, num_buckets
+  assert batching.training_bucketing(config.data) == training
+  assert batching.decoding_bucket_count(config.data) == decoding
+
+
 def test_fitted_bucketing_trains_from_the_training_lengths():
   config = defaults.get_config('tiny')
   config.data.bucketing = 'fitted'

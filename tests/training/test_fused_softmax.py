@@ -162,16 +162,14 @@ def reference_step(setup, batch):
 
 @pytest.mark.parametrize(
     'model',
-    [
-        {},
-        {'tie_embeddings': True},
-        {'output_hidden_size': 7},
-        {'dtype': 'bfloat16'},
-    ],
-    ids=['plain', 'tied', 'output_hidden', 'bfloat16'],
+    [{}, {'tie_embeddings': True, 'output_hidden_size': 16}],
+    ids=['plain', 'tied_and_output_hidden'],
 )
 def test_a_train_step_is_the_autodiff_step(model):
-  """The train step's loss, gradient norm and update equal autodiff's."""
+  """The train step's loss, gradient norm and update equal autodiff's.
+
+  (bfloat16: test_bfloat16_inputs_give_float32_loss_and_input_dtype_gradients.)
+  """
   config = helpers.tiny_config('global', 'general', dropout=0.0, **model)
   config.train.label_smoothing = 0.1
   setup = train.build(config)
@@ -186,18 +184,17 @@ def test_a_train_step_is_the_autodiff_step(model):
   )
   state, metrics = step(setup.state, batch)
   params, loss_sum, grads = reference_step(setup, batch)
-  loose = model.get('dtype') == 'bfloat16'
-  rtol = 2e-2 if loose else 1e-5
-  np.testing.assert_allclose(metrics['loss_sum'], loss_sum, rtol=rtol)
+  np.testing.assert_allclose(metrics['loss_sum'], loss_sum, rtol=1e-5)
   np.testing.assert_allclose(
-      metrics['grad_norm'], optax.global_norm(grads), rtol=10 * rtol
+      metrics['grad_norm'], optax.global_norm(grads), rtol=1e-4
   )
+  # Adam's first update is about +-lr wherever a gradient is not tiny; where
+  # it is, float32 rounding moves it by a fraction of lr.
+  atol = 0.02 * setup.config.train.learning_rate
   for a, b in zip(
       jax.tree_util.tree_leaves(state.params), jax.tree_util.tree_leaves(params)
   ):
-    np.testing.assert_allclose(
-        a, b, rtol=10 * rtol, atol=1e-2 if loose else 1e-6
-    )
+    np.testing.assert_allclose(a, b, rtol=1e-4, atol=atol)
 
 
 def test_softmax_layer_makes_the_models_logits():
