@@ -6,6 +6,7 @@ import itertools
 
 import jax
 import jax.extend
+import jax.numpy as jnp
 import numpy as np
 import pytest
 
@@ -522,3 +523,15 @@ def test_an_unrolled_loop_stops_where_the_plain_one_does():
   for unroll in (1, 2, 3, 7, 8):
     i, x = jax.lax.while_loop(cond, loop.unrolled(cond, body, unroll), (0, 1.0))
     assert (int(i), float(x)) == (7, 128.0), unroll
+
+
+def test_argmax_is_jnps_first_maximum():
+  rng = np.random.default_rng(0)
+  # Few distinct values: many ties, which both must break to the first.
+  x = rng.integers(0, 4, (50, 37)).astype(np.float32)
+  x[3] = -np.inf  # a row with nothing allowed
+  x[4, [5, 9]] = np.inf
+  np.testing.assert_array_equal(loop.argmax(x), jnp.argmax(x, -1))
+  assert loop.argmax(x).dtype == jnp.int32
+  x[7, 2] = np.nan  # a broken row still gives a token of the vocabulary
+  assert 0 <= int(loop.argmax(x)[7]) < 37
