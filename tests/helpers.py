@@ -1,5 +1,7 @@
 """Small models and batches shared by the tests."""
 
+import functools
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -11,6 +13,7 @@ from nmt_jax.data.vocab import BOS
 from nmt_jax.data.vocab import EOS
 from nmt_jax.data.vocab import PAD
 from nmt_jax.model import seq2seq
+from nmt_jax.training import steps
 
 VOCAB = 10  # 4 reserved ids + 6 symbols, as the 'tiny' preset
 # Decoders the model-level tests run: (kind, score, query, model fields).
@@ -122,3 +125,15 @@ def stepwise_logits(model, params, source, target_in, table=None):
     state, step_logits, _ = step(state, cache, target_in[:, t], table)
     logits.append(step_logits)
   return np.stack(logits, axis=1)
+
+
+def jitted_train_step(setup, config=None):
+  """steps.train_step of a train.build `setup` under `config` (its own)."""
+  return jax.jit(
+      functools.partial(
+          steps.train_step,
+          model=setup.model,
+          optimizer=setup.optimizer,
+          config=setup.config if config is None else config,
+      )
+  )

@@ -52,15 +52,26 @@ def chunk_rows(num_rows: int, vocab_size: int, positions: int, batch: int):
   return min(num_rows, -(-rows // 8) * 8) if count > 1 else num_rows
 
 
-def _soft_target_terms(label_smoothing: float, vocab: int):
-  """(weight of the target, weight of every entry, entropy) of the target distribution."""
-  if not label_smoothing:
-    return 1.0, 0.0, 0.0
+def smoothed_target(label_smoothing: float, vocab: int):
+  """(confidence, low, entropy) of the label-smoothed target distribution.
+
+  The target gets `confidence`, every other entry `low`; `entropy` is the
+  distribution's, which the loss subtracts so that a perfect prediction
+  scores 0.
+  """
   confidence, low = 1.0 - label_smoothing, label_smoothing / (vocab - 1)
   entropy = -(
       confidence * math.log(confidence)
       + (vocab - 1) * low * math.log(low + 1e-20)
   )
+  return confidence, low, entropy
+
+
+def _soft_target_terms(label_smoothing: float, vocab: int):
+  """(weight of the target, weight of every entry, entropy) of the target distribution."""
+  if not label_smoothing:
+    return 1.0, 0.0, 0.0
+  confidence, low, entropy = smoothed_target(label_smoothing, vocab)
   return confidence - low, low, entropy
 
 
@@ -134,14 +145,10 @@ def cross_entropy(x, kernel, bias, targets, weights, rows, label_smoothing):
   return _forward(x, kernel, bias, targets, weights, rows, label_smoothing)[0]
 
 
-def _cross_entropy_fwd(x, kernel, bias, targets, weights, rows, smoothing):
-  return _forward(x, kernel, bias, targets, weights, rows, smoothing)
-
-
 def _cross_entropy_bwd(rows, smoothing, gradients, cotangent):
   del rows, smoothing
   d_x, d_kernel, d_bias = ((g * cotangent).astype(g.dtype) for g in gradients)
   return d_x, d_kernel, d_bias, None, None
 
 
-cross_entropy.defvjp(_cross_entropy_fwd, _cross_entropy_bwd)
+cross_entropy.defvjp(_forward, _cross_entropy_bwd)

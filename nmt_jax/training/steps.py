@@ -6,7 +6,6 @@ step, so a checkpoint (step, params, optimizer state) is all a resumed run
 needs to follow the trajectory of an uninterrupted one.
 """
 
-import math
 from typing import Any
 
 import flax
@@ -153,12 +152,10 @@ def cross_entropy(logits, targets, label_smoothing: float = 0.0):
   weights = (targets != PAD).astype(jnp.float32)
   if label_smoothing:
     vocab = logits.shape[-1]
-    confidence, low = 1.0 - label_smoothing, label_smoothing / (vocab - 1)
-    soft = jax.nn.one_hot(targets, vocab) * (confidence - low) + low
-    entropy = -(
-        confidence * math.log(confidence)
-        + (vocab - 1) * low * math.log(low + 1e-20)
+    confidence, low, entropy = fused_softmax.smoothed_target(
+        label_smoothing, vocab
     )
+    soft = jax.nn.one_hot(targets, vocab) * (confidence - low) + low
     loss = optax.softmax_cross_entropy(logits, soft) - entropy
   else:
     loss = optax.softmax_cross_entropy_with_integer_labels(logits, targets)

@@ -174,15 +174,7 @@ def test_a_train_step_is_the_autodiff_step(model):
   config.train.label_smoothing = 0.1
   setup = train.build(config)
   batch = setup.batches.batch(0)
-  step = jax.jit(
-      functools.partial(
-          steps.train_step,
-          model=setup.model,
-          optimizer=setup.optimizer,
-          config=setup.config,
-      )
-  )
-  state, metrics = step(setup.state, batch)
+  state, metrics = helpers.jitted_train_step(setup)(setup.state, batch)
   params, loss_sum, grads = reference_step(setup, batch)
   np.testing.assert_allclose(metrics['loss_sum'], loss_sum, rtol=1e-5)
   np.testing.assert_allclose(

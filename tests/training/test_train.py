@@ -171,14 +171,7 @@ def test_a_few_steps_reduce_the_loss():
   config.train.learning_rate = 1e-2
   setup = train.build(config)
   state, batches = setup.state, setup.batches
-  step = jax.jit(
-      functools.partial(
-          steps.train_step,
-          model=setup.model,
-          optimizer=setup.optimizer,
-          config=setup.config,
-      )
-  )
+  step = helpers.jitted_train_step(setup)
   fixed = batches.batch(0)
   losses = []
   for _ in range(15):
@@ -298,18 +291,6 @@ def test_a_config_files_own_fields_win_over_its_presets():
   assert (tiny.hidden_size, tiny.attention.position_encoding) == (16, 'none')
 
 
-def _jitted_step(setup, config):
-  """steps.train_step of `setup`'s model and optimizer under `config`."""
-  return jax.jit(
-      functools.partial(
-          steps.train_step,
-          model=setup.model,
-          optimizer=setup.optimizer,
-          config=config,
-      )
-  )
-
-
 @pytest.mark.parametrize('dropout', [0.0, 0.3])
 def test_a_train_step_with_a_chunked_loss_is_the_same_step(dropout):
   config = helpers.tiny_config('global', 'general', dropout=dropout)
@@ -319,7 +300,7 @@ def test_a_train_step_with_a_chunked_loss_is_the_same_step(dropout):
   for chunk in (0, 3):
     cfg = setup.config.copy_and_resolve_references()
     cfg.train.loss_chunk = chunk
-    results.append(_jitted_step(setup, cfg)(setup.state, batch))
+    results.append(helpers.jitted_train_step(setup, cfg)(setup.state, batch))
   (whole, whole_metrics), (chunked, chunked_metrics) = results
   np.testing.assert_allclose(
       chunked_metrics['loss_sum'], whole_metrics['loss_sum'], rtol=1e-5
@@ -346,7 +327,7 @@ def test_accumulated_micro_batches_make_the_big_batchs_update(loss_chunk):
   for count in (1, 4):
     cfg = setup.config.copy_and_resolve_references()
     cfg.train.accumulate_steps = count
-    results.append(_jitted_step(setup, cfg)(setup.state, batch))
+    results.append(helpers.jitted_train_step(setup, cfg)(setup.state, batch))
   (whole, whole_metrics), (accumulated, accumulated_metrics) = results
   for key in ('loss_sum', 'tokens', 'grad_norm'):
     np.testing.assert_allclose(
@@ -385,7 +366,7 @@ def test_the_ema_follows_its_recurrence_from_the_initial_parameters():
   config = helpers.tiny_config('global', 'general')
   config.train.ema_decay = 0.75
   setup = train.build(config)
-  step = _jitted_step(setup, setup.config)
+  step = helpers.jitted_train_step(setup, setup.config)
   leaves = lambda tree: [np.asarray(x) for x in jax.tree_util.tree_leaves(tree)]
   state = setup.state
   expected = leaves(state.params)  # the average starts at the parameters
