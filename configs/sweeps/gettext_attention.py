@@ -1,0 +1,102 @@
+"""The papers' attention kinds on real language: the gettext corpus at a 4k BPE.
+
+No attention, global (general, concat), local-p, memory K = 32/64 on Luong's
+decoder (input feeding), and flexible attention on the Bahdanau-style decoder it
+builds on, before and after its beta fine-tuning; each trains until validation
+cross-entropy stops improving for two validations (at most 10,000 steps of 64
+sentences) and is evaluated on the whole test split with beam 5, no length penalty,
+BLEU and chrF on detokenized text. The model is the one of
+benchmarks/real_corpus_parity.py: a 1-layer bidirectional encoder (128 units per
+direction) copied into a 1-layer decoder of 256, embeddings 256, dropout 0.2,
+Adam 1e-3, clipping 5.
+
+The argument is the folder `real_corpus_parity prepare` wrote (its
+pieces.{train,dev,test}.{en,de}):
+
+  python -m benchmarks.gettext_corpus --output=/tmp/gt_corpus --lang=de
+  python -m benchmarks.real_corpus_parity prepare --corpus=/tmp/gt_corpus/corpus \
+      --work=/tmp/parity
+  python -m nmt_jax.sweep run --sweep=configs/sweeps/gettext_attention.py:/tmp/parity/data \
+      --root=runs/gettext --shard=0/2      # and --shard=1/2 on the other core
+  python -m nmt_jax.sweep tau --config=configs/flexible.py \
+      --config.data.name=text:/tmp/parity/data/pieces ... --workdir=runs/gettext/flexible
+  python -m nmt_jax.sweep aggregate --root=runs/gettext --markdown=runs/gettext/results.md
+
+A run takes about 7 minutes of one core per 1,000 steps; an interrupted sweep
+resumes where it stopped.
+"""
+
+
+def common_overrides(data: str):
+  """The data, the model and the training of every run: `data` holds pieces.*."""
+  return {
+      'data.name': f'text:{data}/pieces',
+      'data.source_lang': 'en',
+      'data.target_lang': 'de',
+      'data.max_length': 50,
+      'data.vocab.kind': 'word',
+      'data.vocab.size': 0,
+      'data.vocab.min_count': 1,
+      'data.vocab.shared': False,
+      # The pieces are SentencePiece's: BLEU and chrF on the joined text.
+      'data.segmentation': 'sentencepiece',
+      'model.bidirectional': 'all',
+      'model.bridge': 'copy',
+      'model.num_encoder_layers': 1,
+      'model.num_decoder_layers': 1,
+      'model.hidden_size': 256,
+      'model.embed_size': 256,
+      'model.dropout': 0.2,
+      'train.learning_rate': 1e-3,
+      'train.clip_norm': 5.0,
+      'train.batch_size': 64,
+      'train.label_smoothing': 0.0,
+      'train.num_steps': 10_000,
+      'train.eval_every': 1_000,
+      'train.checkpoint_every': 1_000,
+      'train.plateau_metric': 'loss',
+      'train.early_stopping_patience': 2,
+      'decode.beam_size': 5,
+      'decode.length_penalty': 0.0,
+      # The test split is kept whole (no pair dropped for its length).
+      'decode.max_input_length': 1_000,
+  }
+
+
+def get_sweep(arg=None):
+  if not arg:
+    raise ValueError(
+        'gettext_attention.py needs the prepared data folder: '
+        '--sweep=configs/sweeps/gettext_attention.py:/tmp/parity/data'
+    )
+  common = common_overrides(arg)
+  luong = [
+      ('no_attention', '../no_attention.py', {}),
+      ('global_general', '../global_general.py', {}),
+      ('global_concat', '../global_concat.py', {}),
+      ('local_p', '../local_p.py', {}),
+      ('memory_k32', '../memory_k32.py', {}),
+      ('memory_k64', '../memory_k64.py', {}),
+  ]
+  runs = [
+      {'name': name, 'config': config, 'overrides': {**common, **extra}}
+      for name, config, extra in luong
+  ]
+  runs += [
+      {
+          'name': 'flexible',
+          'config': '../flexible.py',
+          'overrides': common,
+      },
+      # One epoch with beta = 0.1 from the flexible run's best checkpoint.
+      {
+          'name': 'flexible_finetune',
+          'config': '../flexible_finetune.py',
+          'overrides': {
+              **common,
+              'train.init_from': '{root}/flexible',
+              'train.early_stopping_patience': 0,
+          },
+      },
+  ]
+  return runs
