@@ -150,7 +150,7 @@ def beam_search(
     # [B, 2K]. (Each hypothesis's 2K best first, then the best of K x 2K,
     # selects the same candidates but was no faster at V = 16k: XLA:CPU's
     # top_k costs more on 10 rows of V than on one of 10 V.)
-    top_logp, top_index = loop.top_k(
+    top_logp, top_index = jax.lax.top_k(
         candidates.reshape(batch, k * vocab), 2 * k
     )
     top_beam, top_token = top_index // vocab, (top_index % vocab).astype(
