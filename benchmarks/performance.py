@@ -50,18 +50,26 @@ TRAINING_FIGURES = (
 )
 
 # The toolkit table's head: rates per CPU second first, or wall-clock first
-# (an accelerator).
+# (an accelerator); `column` names what the second column holds (L, corpus).
 TOOLKIT_HEAD = {
     'cpu': (
-        '| figure | L | nmt_jax, per CPU s | OpenNMT-py, per CPU s '
+        '| figure | {column} | nmt_jax, per CPU s | OpenNMT-py, per CPU s '
         '| ratio per CPU s | ratio wall | notes |\n'
         '|---|---:|---:|---:|---:|---:|---|'
     ),
     'wall': (
-        '| figure | L | nmt_jax, per s | OpenNMT-py, per s '
+        '| figure | {column} | nmt_jax, per s | OpenNMT-py, per s '
         '| ratio wall | ratio per host CPU s | notes |\n'
         '|---|---:|---:|---:|---:|---:|---|'
     ),
+}
+# The runs of benchmarks/real_vocab.sh: the file tag (as in
+# train_V16000_t1_r1.json) -> what the real-vocabulary table calls it.
+REAL_VOCAB = {
+    'V8000': 'V = 8k',
+    'V16000': 'V = 16k',
+    'V32000': 'V = 32k',
+    'gettext': 'gettext en->de, 16k BPE',
 }
 
 
@@ -191,25 +199,30 @@ def _median(runs, key) -> float:
   return statistics.median(_pick(runs, key).values())
 
 
+def _training_row(out, name, figure, column, first) -> Optional[str]:
+  """The row of nmt_jax's `name` runs ({r}: the repeat) against peer_`name`."""
+  ours = _bench_runs(out, name)
+  if not ours:
+    return None
+  theirs = _peer_train_runs(out, f'peer_{name}')
+  pad = _median(ours, 'padding_fraction')
+  notes = (
+      f'padding {pad:.1%} (peer {_peer_padding(theirs)}); '
+      f"compile {_median(ours, 'compile_s'):.0f} s"
+  )
+  if first == 'wall':  # an accelerator: how many kernels the loops launch
+    notes += _loop_launches(ours)
+  return _row(figure, column, ours, theirs, 'tokens', notes, first)
+
+
 def training_rows(out: str, threads: int, first: str = 'cpu') -> List[str]:
   rows = []
   for (prefix, figure), length in itertools.product(
       TRAINING_FIGURES, (50, 100, 200)
   ):
     name = f'{prefix}train_L{length}_t{threads}_r{{r}}.json'
-    ours = _bench_runs(out, name)
-    if not ours:
-      continue
-    theirs = _peer_train_runs(out, f'peer_{name}')
-    pad = _median(ours, 'padding_fraction')
-    notes = (
-        f'padding {pad:.1%} (peer {_peer_padding(theirs)}); '
-        f"compile {_median(ours, 'compile_s'):.0f} s"
-    )
-    if first == 'wall':  # an accelerator: how many kernels the loops launch
-      notes += _loop_launches(ours)
-    rows.append(_row(figure, length, ours, theirs, 'tokens', notes, first))
-  return rows
+    rows.append(_training_row(out, name, figure, length, first))
+  return [row for row in rows if row]
 
 
 def _loop_launches(ours) -> str:
@@ -230,33 +243,92 @@ def _peer_padding(theirs) -> str:
   return f"{_median(theirs, 'padding_fraction'):.1%}"
 
 
+def _decoding_rows(out, tag, threads, column, first) -> List[str]:
+  """Greedy and beam 10 rows of decode_<tag> runs against the peer's."""
+  runs = _bench_runs(out, f'decode_{tag}_t{threads}_r{{r}}.json')
+  rows = []
+  for label, beam in (('greedy', 1), ('beam10', 10)):
+    ours = {r: x[label] for r, x in runs.items() if label in x}
+    if not ours:
+      continue
+    theirs = {
+        r: peer.decode_figures([p])[label]
+        for r, p in _runs(
+            out, f'peer_decode_{tag}_b{beam}_t{threads}_r{{r}}.json'
+        ).items()
+    }
+    figure = f'decoding {label}, sent/s'
+    notes = f"compile {_median(ours, 'compile_s'):.0f} s"
+    ops = hlo.most_ops(next(iter(ours.values())))
+    if ops:
+      notes += f'; {ops} ops per search step'
+    rows.append(_row(figure, column, ours, theirs, 'sentences', notes, first))
+  return rows
+
+
 def decoding_rows(out: str, threads: int, first: str = 'cpu') -> List[str]:
   rows = []
   for length in (50, 100, 200):
-    runs = _bench_runs(out, f'decode_L{length}_t{threads}_r{{r}}.json')
-    if not runs:
-      continue
-    for label, beam in (('greedy', 1), ('beam10', 10)):
-      ours = {r: x[label] for r, x in runs.items()}
-      theirs = {
-          r: peer.decode_figures([p])[label]
-          for r, p in _runs(
-              out, f'peer_decode_L{length}_b{beam}_t{threads}_r{{r}}.json'
-          ).items()
-      }
-      figure = f'decoding {label}, sent/s'
-      notes = f"compile {_median(ours, 'compile_s'):.0f} s"
-      ops = hlo.most_ops(next(iter(ours.values())))
-      if ops:
-        notes += f'; {ops} ops per search step'
-      rows.append(_row(figure, length, ours, theirs, 'sentences', notes, first))
+    rows += _decoding_rows(out, f'L{length}', threads, length, first)
   return rows
 
 
 def _toolkit_table(out: str, threads: int, first: str) -> Optional[str]:
   """The table of nmt_jax against OpenNMT-py on `threads` threads."""
   rows = training_rows(out, threads, first) + decoding_rows(out, threads, first)
-  return '\n'.join([TOOLKIT_HEAD[first], *rows]) if rows else None
+  head = TOOLKIT_HEAD[first].format(column='L')
+  return '\n'.join([head, *rows]) if rows else None
+
+
+def _real_vocab_table(out: str, threads: int, first: str) -> Optional[str]:
+  """nmt_jax against OpenNMT-py at each real vocabulary (REAL_VOCAB)."""
+  rows = []
+  for tag, column in REAL_VOCAB.items():
+    name = f'train_{tag}_t{threads}_r{{r}}.json'
+    figure = 'training, target tok/s'
+    rows.append(_training_row(out, name, figure, column, first))
+    rows += _decoding_rows(out, tag, threads, column, first)
+  rows = [row for row in rows if row]
+  head = TOOLKIT_HEAD[first].format(column='corpus')
+  return '\n'.join([head, *rows]) if rows else None
+
+
+def _real_vocab_cores(out: str) -> Optional[int]:
+  """The thread count of real_vocab.sh's all-cores runs in `out`, if any."""
+  found = glob.glob(os.path.join(out, 'train_V*_t*_r1.json'))
+  counts = [int(re.search(r'_t(\d+)_r1', p).group(1)) for p in found]
+  counts = [c for c in counts if c > 1]
+  return max(counts) if counts else None
+
+
+def _kinds_table(out: str, pattern: str) -> Optional[str]:
+  """Attention kinds against the one each was compared with, from the
+  `bench decode --compare` files matching pattern: ms per sentence, speedup
+  per pair, window."""
+  paths = sorted(glob.glob(os.path.join(out, pattern)))
+  rows = []
+  for path in paths:
+    result = _load(path)
+    name = result['config']['attention']
+    if name == 'memory':
+      name = f"memory K = {result['config']['num_memory']}"
+    for label in result.get('speedup', {}):
+      this, other = result['this'][label], result['other'][label]
+      rows.append(
+          f"| {name} | {label} | {this['ms_per_sentence']:#.3g} "
+          f"| {other['ms_per_sentence']:#.3g} "
+          f'| x{_summary(_decode_pairs(this, other))} '
+          f"| {this.get('avg_window_fraction', 0):.2f} |"
+      )
+  if not rows:
+    return None
+  against = _load(paths[0])['compare_config']['attention']
+  head = (
+      f'| attention | mode | ms/sent | {against} ms/sent '
+      '| speedup, per pair | window / source length |\n'
+      '|---|---|---:|---:|---:|---:|'
+  )
+  return '\n'.join([head, *rows])
 
 
 def _decode_pairs(this, other) -> List[float]:
@@ -451,6 +523,10 @@ OF_DIRECTORY = {
     'processes': _processes,
     'first_step': _first_step,
     'memory_rows': _memory_rows,
+    # real_vocab.sh's kinds_<kind>_<tag>.json (not performance.sh's files).
+    'real_vocab_kinds': lambda out, tag: _kinds_table(
+        out, f'kinds_*_{tag}.json'
+    ),
 }
 
 
@@ -509,6 +585,7 @@ def machine(out: str) -> str:
   found = glob.glob(os.path.join(out, 'train_L50_t*_r1.json'))
   counts = sorted(int(re.search(r'_t(\d+)_', p).group(1)) for p in found)
   cores = counts[-1] if on_cpu and counts and counts[-1] > 1 else None
+  real_cores = _real_vocab_cores(out) if on_cpu else None
   figures = {
       'measured': _measured(out),
       'machine': _cpu_name(out) if on_cpu else f'{platform.upper()} {device}',
@@ -518,6 +595,11 @@ def machine(out: str) -> str:
       'cores': cores and str(cores),
       'toolkit_table': _toolkit_table(out, 1, first),
       'toolkit_table all_cores': cores and _toolkit_table(out, cores, first),
+      'real_vocab_table': _real_vocab_table(out, 1, first),
+      'real_cores': real_cores and str(real_cores),
+      'real_vocab_table all_cores': (
+          real_cores and _real_vocab_table(out, real_cores, first)
+      ),
   }
 
   def value(key: str) -> Optional[str]:

@@ -1,0 +1,130 @@
+"""docs/performance.md's real-vocabulary sections from real_vocab.sh's files."""
+
+import json
+import os
+import re
+
+from benchmarks import performance
+from tests.benchmarks.test_bench import write_peer_decode
+from tests.benchmarks.test_bench import write_peer_train
+from tests.benchmarks.test_real_vocab import _dry_run
+
+
+def _write_train(path, rate):
+  this = {
+      'tokens_per_sec': rate,
+      'tokens_per_cpu_sec': rate,
+      'padding_fraction': 0.08,
+      'compile_s': 100.0,
+  }
+  path.write_text(json.dumps({'jax': '0.0', 'this': this}))
+
+
+def _write_decode(path, greedy, beam):
+  mode = lambda rate: {
+      'sentences_per_sec': rate,
+      'sentences_per_cpu_sec': rate,
+      'compile_s': 10.0,
+  }
+  this = {'greedy': mode(greedy), 'beam10': mode(beam)}
+  path.write_text(json.dumps({'jax': '0.0', 'this': this}))
+
+
+def test_real_vocabularies_get_rows_per_corpus_paired_with_the_peer(tmp_path):
+  # V = 16k: two pairs; the gettext corpus: one.
+  for r, ours, theirs in ((1, 3000.0, 2000.0), (2, 2400.0, 2000.0)):
+    _write_train(tmp_path / f'train_V16000_t1_r{r}.json', ours)
+    write_peer_train(tmp_path / f'peer_train_V16000_t1_r{r}.json', theirs, 1.0)
+  _write_train(tmp_path / 'train_gettext_t1_r1.json', 1800.0)
+  write_peer_train(tmp_path / 'peer_train_gettext_t1_r1.json', 1200.0, 1.0)
+  # 8 sentences: the peer's greedy in 0.1 CPU s (80/s), beam 10 in 1 (8/s).
+  _write_decode(tmp_path / 'decode_V16000_t1_r1.json', 160.0, 12.0)
+  write_peer_decode(tmp_path / 'peer_decode_V16000_b1_t1_r1.json', 1, 0.1, 0.1)
+  write_peer_decode(
+      tmp_path / 'peer_decode_V16000_b10_t1_r1.json', 10, 1.0, 1.0
+  )
+  text = performance.page([str(tmp_path)])
+  section = text.split('## Real vocabularies (CPU, one thread)')[1]
+  section = section.split('\n## ')[0]
+  rows = [line for line in section.splitlines() if line.startswith('| ')]
+  assert rows[0].startswith('| figure | corpus |')
+  # 3,000 / 2,000 and 2,400 / 2,000: median 1.35 [1.20 - 1.50].
+  assert rows[1].startswith('| training, target tok/s | V = 16k |')
+  assert '**1.35 [1.20 - 1.50]**' in rows[1]
+  assert '| decoding greedy, sent/s | V = 16k | 160 | 80 | **2.00** |' in (
+      rows[2]
+  )
+  assert '| decoding beam10, sent/s | V = 16k | 12 | 8 | **1.50** |' in (
+      rows[3]
+  )
+  assert rows[4].startswith('| training, target tok/s | gettext')
+  assert '**1.50**' in rows[4]
+  assert len(rows) == 5  # V = 8k and 32k were not measured: no rows
+  # No all-cores runs, no kinds: those sections are left out.
+  assert 'Real vocabularies, all cores' not in text
+  assert 'Attention at a real vocabulary' not in text
+
+
+def test_attention_kinds_at_a_real_vocabulary_per_pair(tmp_path):
+  runs = lambda times, window: {
+      'ms_per_sentence': sorted(times)[1],
+      'ms_per_sentence_runs': times,
+      'avg_window_fraction': window,
+  }
+  result = {
+      'jax': '0.0',
+      'config': {'attention': 'memory', 'num_memory': 32},
+      'compare_config': {'attention': 'global'},
+      'this': {
+          'greedy': runs([5.0, 6.0, 5.5], 2.5),
+          'beam10': runs([50.0, 40.0, 45.0], 2.5),
+      },
+      'other': {
+          'greedy': runs([6.0, 6.0, 6.6], 1.0),
+          'beam10': runs([55.0, 44.0, 45.0], 1.0),
+      },
+      'speedup': {'greedy': 1.1, 'beam10': 1.0},
+  }
+  (tmp_path / 'kinds_memory_k32_V16000.json').write_text(json.dumps(result))
+  text = performance.page([str(tmp_path)])
+  section = text.split('## Attention at a real vocabulary')[1]
+  rows = [line for line in section.splitlines() if line.startswith('| ')]
+  assert rows[0] == (
+      '| attention | mode | ms/sent | global ms/sent | speedup, per pair '
+      '| window / source length |'
+  )
+  # global / memory per pair: greedy 1.2, 1.0, 1.2; beam 1.1, 1.1, 1.0.
+  assert (
+      rows[1]
+      == '| memory K = 32 | greedy | 5.50 | 6.00 | x1.20 [1.00 - 1.20] | 2.50 |'
+  )
+  assert (
+      rows[2]
+      == '| memory K = 32 | beam10 | 45.0 | 45.0 | x1.10 [1.00 - 1.10] | 2.50 |'
+  )
+
+
+def test_real_vocab_sh_writes_the_files_the_page_reads(tmp_path):
+  lines = _dry_run(
+      tmp_path,
+      PARTS='train decode all kinds',
+      REPEATS='1',
+      CORPORA=' '.join(performance.REAL_VOCAB),
+  )
+  written = set(re.findall(r'--json[= ]\S*/(\w+\.json)', '\n'.join(lines)))
+  for tag in performance.REAL_VOCAB:
+    for name in (
+        f'train_{tag}_t1_r1.json',
+        f'peer_train_{tag}_t1_r1.json',
+        f'decode_{tag}_t1_r1.json',
+        f'peer_decode_{tag}_b1_t1_r1.json',
+        f'peer_decode_{tag}_b10_t1_r1.json',
+    ):
+      assert name in written, name
+  kinds = {
+      name for name in written if re.fullmatch(r'kinds_\w+_V16000\.json', name)
+  }
+  assert len(kinds) == 5, kinds
+  cores = len(os.sched_getaffinity(0))  # what nproc counts
+  assert f'train_V16000_t{cores}_r1.json' in written
+  assert f'decode_V16000_t{cores}_r1.json' in written
