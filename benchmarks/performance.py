@@ -5,7 +5,9 @@
 Each OUT (one per machine: a CPU run, a GPU run) holds `bench` results
 (train_L50_t1_r1.json, decode_L50_t1_r1.json, lever_*.json,
 train_memory_chunk*.json, ops_L50.json) and the OpenNMT-py scripts' files
-(peer_train_L50_t1_r1.json, peer_decode_L50_b10_t1_r1.json). Ratios are
+(peer_train_L50_t1_r1.json, peer_decode_L50_b10_t1_r1.json), and those of
+benchmarks/real_vocab.sh (train_V16000_t1_r1.json, decode_gettext_t1_r1.json,
+peer_*, kinds_memory_k32_V16000.json: the REAL_VOCAB tags). Ratios are
 taken per pair (repeat r of nmt_jax against repeat r of the peer, run one
 after the other on the same core), then summarised by their median and range.
 A directory whose `bench` files say `platform: gpu` (or tpu) gets sections
