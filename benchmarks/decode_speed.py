@@ -181,23 +181,15 @@ class DecodeBench:
     }
 
 
-def bench_decode(
-    config,
-    compare,
-    workdir,
-    modes,
-    repeats,
-    num_sentences,
-    sentences_per_batch=None,
-    data_workdir=None,
-) -> Dict[str, Any]:
-  """Decoding speed of `config` (and of `compare`, alternating repetitions)."""
-  batching_args = (num_sentences, sentences_per_batch, data_workdir)
-  benches = {'this': DecodeBench(config, workdir, *batching_args)}
-  if compare is not None:
-    # The same weights on both sides: with a workdir, --compare may change
-    # how it decodes, not the model (restoring checks that).
-    benches['other'] = DecodeBench(compare, workdir, *batching_args)
+def time_alternating(
+    benches: Dict[str, DecodeBench], modes, repeats: int
+) -> Dict[str, Dict[str, Any]]:
+  """Times each bench in each mode, `repeats` rounds alternating the benches.
+
+  Returns {name: {'weights', label: median repetition + ms_per_sentence_runs
+  and compile_s}}, label 'greedy', 'beamK' or 'forced'; repetition i of
+  every bench ran in the same round, so runs pair up by index.
+  """
   runs = {name: {mode: [] for mode in modes} for name in benches}
   compile_s = {}
   for name, one in benches.items():  # warm-up: compile every shape, run once
@@ -215,8 +207,34 @@ def bench_decode(
       ms = [r['ms_per_sentence'] for r in runs[name][mode]]
       median = runs[name][mode][ms.index(statistics.median_low(ms))]
       result[name][label] = dict(
-          median, ms_per_sentence_runs=ms, compile_s=compile_s[name, mode]
+          median,
+          ms_per_sentence_runs=ms,
+          cpu_ms_per_sentence_runs=[
+              1000 / r['sentences_per_cpu_sec'] for r in runs[name][mode]
+          ],
+          compile_s=compile_s[name, mode],
       )
+  return result
+
+
+def bench_decode(
+    config,
+    compare,
+    workdir,
+    modes,
+    repeats,
+    num_sentences,
+    sentences_per_batch=None,
+    data_workdir=None,
+) -> Dict[str, Any]:
+  """Decoding speed of `config` (and of `compare`, alternating repetitions)."""
+  batching_args = (num_sentences, sentences_per_batch, data_workdir)
+  benches = {'this': DecodeBench(config, workdir, *batching_args)}
+  if compare is not None:
+    # The same weights on both sides: with a workdir, --compare may change
+    # how it decodes, not the model (restoring checks that).
+    benches['other'] = DecodeBench(compare, workdir, *batching_args)
+  result = time_alternating(benches, modes, repeats)
   if compare is not None:
     result['speedup'], result['same_outputs'] = {}, {}
     for label, this in result['this'].items():

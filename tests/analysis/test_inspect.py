@@ -5,12 +5,14 @@ import json
 import os
 import shutil
 import signal
+import statistics
 import subprocess
 import sys
 
 import numpy as np
 import pytest
 
+from benchmarks import trained_decode
 from nmt_jax import inference
 from nmt_jax.analysis import attention_maps
 from nmt_jax.analysis import plots
@@ -104,6 +106,27 @@ def test_sweep_runs_each_run_once(runs):
   )
   assert os.path.exists(os.path.join(root, 'logs', 'memory_k2.eval.log'))
   assert not os.path.exists(os.path.join(root, 'logs', 'memory_k4.eval.log'))
+
+
+def test_trained_decode_times_every_run_against_the_reference(runs):
+  timed = trained_decode.bench(
+      runs['root'], 'memory_k4', None, ['greedy'], 2, 6
+  )
+  assert set(timed) == {'memory_k2', 'flexible'}
+  for labels in timed.values():
+    f = labels['greedy']
+    ratios = [
+        r / t
+        for r, t in zip(
+            f['reference_ms_per_sentence_runs'], f['ms_per_sentence_runs']
+        )
+    ]
+    assert len(ratios) == 2
+    assert f['speedup']['median'] == pytest.approx(statistics.median(ratios))
+    assert f['speedup']['min'] <= f['speedup']['median'] <= f['speedup']['max']
+  # The run's own window, not the reference's (K = 4).
+  assert timed['memory_k2']['greedy']['avg_window'] == pytest.approx(2.0)
+  assert 'memory_k2' in trained_decode.table(timed)
 
 
 def test_grid_dry_run_and_shards(tmp_path):
