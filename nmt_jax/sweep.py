@@ -19,9 +19,8 @@
       --csv=runs/britz/results.csv --markdown=runs/britz/results.md --pivot=L
 
   # Flexible attention: evaluate one trained model at several tau (writes
-  # <workdir>/tau_sweep.json).
-  python -m nmt_jax.sweep tau --config=configs/flexible.py:chunk \\
-      --workdir=runs/flexible
+  # <workdir>/tau_sweep.json; the config is the workdir's unless --config).
+  python -m nmt_jax.sweep tau --workdir=runs/flexible --beam_size=5
 
 Runs that trained to their end and were evaluated are skipped, so re-running
 a sweep resumes it (an interrupted run resumes from its last checkpoint); one
@@ -47,12 +46,13 @@ from nmt_jax.config import cli_flags
 from nmt_jax.system import compile_cache
 from nmt_jax.system import errors
 from nmt_jax.workdir import library_logs
+from nmt_jax.workdir import run_config
 
 _CONFIG = config_flags.DEFINE_config_file(
     'config',
     None,
     'run: the config of a --grid sweep; tau: the config of the trained'
-    ' workdir.',
+    ' workdir (default: its config.json).',
     lock_config=True,
 )
 _SWEEP = flags.DEFINE_string(
@@ -240,17 +240,24 @@ def aggregate():
 
 def tau():
   """`tau`: one trained flexible-attention model evaluated at several tau."""
-  if _CONFIG.value is None or not _WORKDIR.value:
-    raise errors.ConfigError(
-        'tau needs --config=FILE (as trained) and --workdir=DIR'
-    )
+  if not _WORKDIR.value:
+    raise errors.ConfigError('tau needs --workdir=DIR (a trained run)')
+  config = _CONFIG.value
+  if config is None:  # the config the workdir was trained with
+    try:
+      config = run_config.load_config(_WORKDIR.value)
+    except OSError:
+      raise errors.ConfigError(
+          f'--workdir={_WORKDIR.value} holds no config.json; give a trained'
+          ' workdir, or --config=FILE as it was trained'
+      ) from None
   try:
     taus = [float(t) for t in _TAUS.value]
   except ValueError:
     raise errors.ConfigError(
         f'--taus={",".join(_TAUS.value)} must be numbers (inf = no pruning)'
     ) from None
-  tau_sweep.tau_sweep(_CONFIG.value, _WORKDIR.value, taus, _BEAM.value)
+  tau_sweep.tau_sweep(config, _WORKDIR.value, taus, _BEAM.value)
 
 
 COMMANDS = {'run': run_runs, 'aggregate': aggregate, 'tau': tau}

@@ -18,8 +18,9 @@ pieces.{train,dev,test}.{en,de}):
       --work=/tmp/parity
   python -m nmt_jax.sweep run --sweep=configs/sweeps/gettext_attention.py:/tmp/parity/data \
       --root=runs/gettext --shard=0/2      # and --shard=1/2 on the other core
-  python -m nmt_jax.sweep tau --config=configs/flexible.py \
-      --config.data.name=text:/tmp/parity/data/pieces ... --workdir=runs/gettext/flexible
+  python -m nmt_jax.sweep tau --workdir=runs/gettext/flexible --beam_size=5
+  python -m benchmarks.trained_decode --root=runs/gettext --threads=1 \
+      --json=runs/gettext/decode.json    # decoding time against global general
   python -m nmt_jax.sweep aggregate --root=runs/gettext --markdown=runs/gettext/results.md
 
 A run takes about 7 minutes of one core per 1,000 steps; an interrupted sweep

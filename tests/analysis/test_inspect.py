@@ -213,6 +213,7 @@ def test_grid_dry_run_and_shards(tmp_path):
             ['tau', '--config=configs/memory_k64.py:tiny', '--workdir=/tmp/x'],
             'flexible attention',
         ),
+        (['tau', '--workdir=/tmp/no_such_run'], 'holds no config.json'),
         (
             [
                 'run',
@@ -473,12 +474,9 @@ def test_tau_sweep_rows(runs):
   assert [float(r['tau']) for r in merged] == [0.5, 2.0, float('inf')]
   assert merged[-1] == rows[float('inf')]
   # Another beam size is a curve of its own, not points on the greedy one.
+  # (Without --config: the workdir's config.json.)
   sweep(
-      'tau',
-      '--config=configs/flexible.py:tiny',
-      f'--workdir={runs["root"]}/flexible',
-      '--taus=2',
-      '--beam_size=2',
+      'tau', f'--workdir={runs["root"]}/flexible', '--taus=2', '--beam_size=2'
   )
   again = runs_lib.load_run(f'{runs["root"]}/flexible').tau_sweep
   assert [(float(r['tau']), r['beam_size']) for r in again] == [
