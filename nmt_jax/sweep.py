@@ -14,7 +14,7 @@
 
   # Workdirs (or every workdir under a root) -> CSV and markdown table;
   # --pivot=L adds one row per model with BLEU and decoding time under each L
-  # (Britz et al.'s Table 1).
+  # (Britz et al.'s Table 1); --by_length BLEU per source-length bin.
   python -m nmt_jax.sweep aggregate --root=runs/britz \\
       --csv=runs/britz/results.csv --markdown=runs/britz/results.md --pivot=L
 
@@ -118,6 +118,12 @@ _PLOTS = flags.DEFINE_string(
     None,
     'aggregate: write the standard plots (PNG) into '
     'this directory (see write_plots).',
+)
+_BY_LENGTH = flags.DEFINE_bool(
+    'by_length',
+    False,
+    'aggregate: also a table of BLEU per source-length bin (10 tokens) of'
+    ' each evaluation.',
 )
 _TAUS = flags.DEFINE_list(
     'taus',
@@ -227,6 +233,9 @@ def aggregate():
       )
     except ValueError as e:
       raise errors.ConfigError(str(e)) from None
+  if _BY_LENGTH.value:
+    table += '\n\nBLEU by source length (tokens; sentences):\n\n'
+    table += runs_lib.length_table(workdirs, _ROOT.value)
   if _MARKDOWN.value:
     with open(_MARKDOWN.value, 'w', encoding='utf-8') as f:
       f.write(table + '\n')

@@ -236,6 +236,41 @@ def markdown_table(
   return '\n'.join(lines)
 
 
+def length_table(workdirs: Sequence[str], root: Optional[str] = None) -> str:
+  """BLEU per source-length bin of each run's evaluation, as markdown.
+
+  One row per workdir, one column per bin of eval_results.json's
+  bleu_by_source_length (headed by its sentence count where every run
+  agrees on it); runs evaluated before the breakdown existed are left out.
+  """
+  rows, counts = [], {}
+  for workdir in workdirs:
+    run = load_run(workdir)
+    bins = (run.eval_results or {}).get('bleu_by_source_length')
+    if not bins:
+      continue
+    name = os.path.relpath(workdir, root) if root else run.name
+    rows.append({'run': name, **{b['source_length']: b['bleu'] for b in bins}})
+    for b in bins:
+      counts.setdefault(b['source_length'], set()).add(b['sentences'])
+  if not rows:
+    return '(no run has a BLEU by source length: evaluate them again)'
+  labels = sorted(counts, key=lambda label: int(label.split('-')[0]))
+  header = {
+      label: (
+          f'{label} ({next(iter(counts[label]))})'
+          if len(counts[label]) == 1
+          else label
+      )
+      for label in labels
+  }
+  table = [
+      {'run': row['run'], **{header[k]: row.get(k) for k in labels}}
+      for row in rows
+  ]
+  return markdown_table(table, ['run'] + [header[k] for k in labels])
+
+
 def _attention_fields(kind):
   """The model.attention fields a registered kind reads.
 

@@ -402,8 +402,15 @@ class Evaluator:
     references = [
         self.as_text(t) for t in split.target_text[: len(decoded.texts)]
     ]
+    language = self.config.data.target_lang
     result = metrics_lib.translation_metrics(
-        decoded.texts, references, self.config.data.target_lang
+        decoded.texts, references, language
+    )
+    result['bleu_by_source_length'] = metrics_lib.bleu_by_source_length(
+        decoded.texts,
+        references,
+        [len(s) - 1 for s in split.source[: len(decoded.texts)]],  # no EOS
+        language,
     )
     result.update(decoded.info)
     result['loss'] = self.loss(params, split)

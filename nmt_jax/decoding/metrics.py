@@ -1,7 +1,8 @@
 """Translation metrics: sacreBLEU, tokenized BLEU, chrF, RIBES."""
 
+import collections
 import functools
-from typing import Dict, Sequence
+from typing import Dict, List, Sequence
 
 from absl import logging
 from sacrebleu.metrics import BLEU
@@ -51,6 +52,36 @@ def translation_metrics(
       'ribes': ribes(hyps_tok, refs_tok),
   }
   return result
+
+
+def bleu_by_source_length(
+    hypotheses: Sequence[str],
+    references: Sequence[str],
+    source_lengths: Sequence[int],
+    language: str = 'en',
+    width: int = 10,
+) -> List[Dict]:
+  """BLEU of the sentences in each source-length bin of `width` tokens.
+
+  The breakdown of Bahdanau et al.'s and Luong et al.'s length figures:
+  [{'source_length': '1-10', 'sentences': n, 'bleu': corpus BLEU of those
+  n}, ...] in increasing length, empty bins left out. Lengths count source
+  tokens (pieces for a segmented corpus), EOS excluded.
+  """
+  bins = collections.defaultdict(list)
+  for i, length in enumerate(source_lengths):
+    bins[(max(length, 1) - 1) // width].append(i)
+  bleu = bleu_metric(language)
+  rows = []
+  for b in sorted(bins):
+    hyps = [hypotheses[i] for i in bins[b]]
+    refs = [references[i] for i in bins[b]]
+    rows.append({
+        'source_length': f'{b * width + 1}-{(b + 1) * width}',
+        'sentences': len(hyps),
+        'bleu': bleu.corpus_score(hyps, [refs]).score,
+    })
+  return rows
 
 
 def bleu_metric(language: str) -> BLEU:

@@ -108,6 +108,36 @@ def test_sweep_runs_each_run_once(runs):
   assert not os.path.exists(os.path.join(root, 'logs', 'memory_k4.eval.log'))
 
 
+def test_evaluations_break_bleu_down_by_source_length(runs, tmp_path):
+  root = runs['root']
+  for name in ('memory_k2', 'memory_k4', 'flexible'):
+    results = runs_lib.load_run(os.path.join(root, name)).eval_results
+    bins = results['bleu_by_source_length']
+    assert sum(b['sentences'] for b in bins) == results['num_sentences']
+    assert all(0 <= b['bleu'] <= 100 for b in bins)
+  # A run evaluated before the breakdown existed is left out of the table.
+  old = str(tmp_path / 'old')
+  shutil.copytree(os.path.join(root, 'memory_k2'), old)
+  with open(os.path.join(old, 'eval_results.json')) as f:
+    results = json.load(f)
+  del results['bleu_by_source_length']
+  with open(os.path.join(old, 'eval_results.json'), 'w') as f:
+    json.dump(results, f)
+  table = runs_lib.length_table(
+      [os.path.join(root, 'memory_k2'), os.path.join(root, 'flexible'), old],
+      root,
+  ).splitlines()
+  label = bins[0]['source_length']
+  assert table[0].startswith(f'| run | {label} (')
+  assert [line.split(' | ')[0] for line in table[2:]] == [
+      '| memory_k2',
+      '| flexible',
+  ]
+  assert runs_lib.length_table([old]).startswith('(no run has')
+  out = sweep('aggregate', f'--root={root}', '--by_length').stdout
+  assert 'BLEU by source length' in out and '| memory_k4 |' in out
+
+
 def test_trained_decode_times_every_run_against_the_reference(runs):
   timed = trained_decode.bench(
       runs['root'], 'memory_k4', None, ['greedy'], 2, 6

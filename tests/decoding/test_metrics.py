@@ -25,6 +25,24 @@ def test_perfect_and_partial_translations():
   assert 0 < partial['bleu'] < 100
 
 
+def test_bleu_by_source_length_scores_each_bin_on_its_own():
+  refs = ['a b c d e f', 'b c d e a a', 'c c d a b e', 'e d c b a a']
+  # Bin 1-10 translated perfectly, bin 11-20 not at all, 21-30 is empty.
+  hyps = [refs[0], refs[1], 'x y z', 'x y z w']
+  rows = metrics.bleu_by_source_length(hyps, refs, [0, 10, 11, 35])
+  assert [r['source_length'] for r in rows] == ['1-10', '11-20', '31-40']
+  assert [r['sentences'] for r in rows] == [2, 1, 1]
+  assert [r['bleu'] for r in rows] == pytest.approx([100.0, 0.0, 0.0])
+  # The corpus score is not a mean of the bins'.
+  whole = metrics.translation_metrics(hyps, refs)['bleu']
+  assert 0 < whole < 100
+  rows = metrics.bleu_by_source_length(refs, refs, [1, 2, 3, 4], width=2)
+  assert [(r['source_length'], r['sentences']) for r in rows] == [
+      ('1-2', 2),
+      ('3-4', 2),
+  ]
+
+
 def test_ribes_survives_degenerate_hypotheses():
   assert metrics.ribes([''], ['a b c']) == 0.0
   assert 0 <= metrics.ribes(['a'], ['b c']) <= 1
