@@ -85,3 +85,63 @@ def ratios(this: Dict[str, Any], peer: Dict[str, Any]) -> Dict[str, float]:
       )
       if this.get(key) and peer.get(key)
   }
+
+
+def matched_model_yaml(
+    run: str, train: Sequence[str], valid: Sequence[str]
+) -> str:
+  """OpenNMT-py 3.5.1 config lines of the model nmt_jax's matched runs train.
+
+  nmt_jax's configs/global_general.py with bidirectional=all, bridge=copy:
+  1 + 1 LSTM layers of 256, embeddings 256, general attention, input
+  feeding, dropout 0.2, Adam 1e-3 with the gradient norm clipped at 5,
+  batches of 64 sentences, the loss a mean over target tokens; the
+  vocabularies (`run`/vocab.src, vocab.tgt) hold every training piece.
+  `train` and `valid` are (source, target) paths. Callers add save_data,
+  steps, checkpoints and the seed.
+  """
+  return f"""\
+src_vocab: {run}/vocab.src
+tgt_vocab: {run}/vocab.tgt
+share_vocab: false
+src_words_min_frequency: 1
+tgt_words_min_frequency: 1
+vocab_size_multiple: 1          # the default 8 adds filler entries
+src_vocab_size: 1000000
+tgt_vocab_size: 1000000
+overwrite: true
+data:
+  corpus_1:
+    path_src: {train[0]}
+    path_tgt: {train[1]}
+  valid:
+    path_src: {valid[0]}
+    path_tgt: {valid[1]}
+model_task: seq2seq
+encoder_type: brnn              # hidden_size split: half per direction
+decoder_type: rnn
+rnn_type: LSTM
+enc_layers: 1
+dec_layers: 1
+hidden_size: 256
+word_vec_size: 256
+global_attention: general
+global_attention_function: softmax
+input_feed: 1
+bridge: false                   # final (fwd;bwd) states start the decoder
+dropout: [0.2]
+param_init: 0.1                 # uniform(-0.1, 0.1) everywhere
+optim: adam
+learning_rate: 0.001
+adam_beta1: 0.9
+adam_beta2: 0.999
+decay_method: none
+learning_rate_decay: 1.0
+start_decay_steps: 1000000
+max_grad_norm: 5
+label_smoothing: 0.0
+batch_type: sents
+batch_size: 64
+normalization: tokens           # a mean over target tokens, as nmt_jax
+accum_count: [1]
+"""

@@ -71,6 +71,8 @@ import sys
 import time
 from typing import Dict, List, Optional
 
+from benchmarks import peer
+
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SPLITS = ('train', 'dev', 'test')
 MODES = {'greedy': 1, 'beam5': 5}
@@ -209,56 +211,20 @@ def _nmt_jax_flags(args, seed: int) -> List[str]:
 
 def peer_yaml(args, run: str, seed: int) -> str:
   """OpenNMT-py 3.5.1's training config for the same model and data."""
-  data = os.path.join(args.work, 'data')
+  pieces = os.path.join(args.work, 'data', 'pieces')
+  model = peer.matched_model_yaml(
+      run,
+      (f'{pieces}.train.{args.src}', f'{pieces}.train.{args.tgt}'),
+      (f'{pieces}.dev.{args.src}', f'{pieces}.dev.{args.tgt}'),
+  )
   steps = max(args.eval_steps)
   return f"""\
 # OpenNMT-py 3.5.1, the model of nmt_jax's global_general config with
 # bidirectional=all, bridge=copy, 1+1 layers of 256 (real_corpus_parity.py).
 save_data: {run}/onmt
-src_vocab: {run}/vocab.src
-tgt_vocab: {run}/vocab.tgt
-share_vocab: false
-src_words_min_frequency: 1
-tgt_words_min_frequency: 1
-vocab_size_multiple: 1          # the default 8 adds filler entries
-src_vocab_size: 1000000
-tgt_vocab_size: 1000000
-overwrite: true
-data:
-  corpus_1:
-    path_src: {data}/pieces.train.{args.src}
-    path_tgt: {data}/pieces.train.{args.tgt}
-  valid:
-    path_src: {data}/pieces.dev.{args.src}
-    path_tgt: {data}/pieces.dev.{args.tgt}
 src_seq_length: {args.max_length}
 tgt_seq_length: {args.max_length}
-model_task: seq2seq
-encoder_type: brnn              # hidden_size split: half per direction
-decoder_type: rnn
-rnn_type: LSTM
-enc_layers: 1
-dec_layers: 1
-hidden_size: 256
-word_vec_size: 256
-global_attention: general
-global_attention_function: softmax
-input_feed: 1
-bridge: false                   # final (fwd;bwd) states start the decoder
-dropout: [0.2]
-param_init: 0.1                 # uniform(-0.1, 0.1) everywhere
-optim: adam
-learning_rate: 0.001
-decay_method: none
-learning_rate_decay: 1.0
-start_decay_steps: 1000000
-max_grad_norm: 5
-label_smoothing: 0.0
-batch_type: sents
-batch_size: 64
-valid_batch_size: 64
-normalization: tokens           # a mean over target tokens, as nmt_jax
-accum_count: [1]
+{model}valid_batch_size: 64
 train_steps: {steps}
 valid_steps: {min(args.eval_steps)}
 save_checkpoint_steps: {min(args.eval_steps)}
@@ -595,8 +561,8 @@ def table(args) -> None:
           if values:
             cell[toolkit] = (round(statistics.mean(values), 2), len(values))
         if len(cell) == 2 and 'nmt_jax' in cell:
-          peer = next(t for t in cell if t != 'nmt_jax')
-          diff = round(cell['nmt_jax'][0] - cell[peer][0], 2)
+          other = next(t for t in cell if t != 'nmt_jax')
+          diff = round(cell['nmt_jax'][0] - cell[other][0], 2)
         else:
           diff = None
         summary[f'{step}/{mode}/{metric}'] = {

@@ -34,6 +34,7 @@ import tempfile
 from typing import Dict, List, Optional
 
 from benchmarks import data_speed
+from benchmarks import peer
 
 SPLITS = ('train', 'dev', 'test')
 
@@ -159,56 +160,17 @@ def encode_corpus(
 
 def onmt_config(data: str, run: str, seed: int = 1234) -> str:
   """OpenNMT-py 3.5.1's train.yaml of the matched model on DIR/pieces.*."""
-  return f"""# OpenNMT-py 3.5.1 on {data}/pieces.* (benchmarks/real_vocab.sh): the model of
-# nmt_jax's configs/global_general.py with bidirectional=all, bridge=copy,
-# 1 + 1 layers of 256, embeddings 256, batch 64 sentences, Adam 1e-3.
+  pieces = f'{data}/pieces'
+  model = peer.matched_model_yaml(
+      run,
+      (f'{pieces}.train.src', f'{pieces}.train.tgt'),
+      (f'{pieces}.dev.src', f'{pieces}.dev.tgt'),
+  )
+  return f"""\
+# OpenNMT-py 3.5.1 on {pieces}.* (benchmarks/real_vocab.sh): the model of
+# nmt_jax's configs/global_general.py with bidirectional=all, bridge=copy.
 save_data: {run}/prep
-src_vocab: {run}/vocab.src
-tgt_vocab: {run}/vocab.tgt
-src_vocab_size: 1000000
-tgt_vocab_size: 1000000
-src_words_min_frequency: 1
-tgt_words_min_frequency: 1
-vocab_size_multiple: 1
-share_vocab: false
-overwrite: true
-data:
-  corpus_1:
-    path_src: {data}/pieces.train.src
-    path_tgt: {data}/pieces.train.tgt
-  valid:
-    path_src: {data}/pieces.dev.src
-    path_tgt: {data}/pieces.dev.tgt
-
-model_task: seq2seq
-encoder_type: brnn
-decoder_type: rnn
-rnn_type: LSTM
-enc_layers: 1
-dec_layers: 1
-hidden_size: 256
-word_vec_size: 256
-global_attention: general
-global_attention_function: softmax
-input_feed: 1
-bridge: false
-dropout: [0.2]
-param_init: 0.1
-
-optim: adam
-learning_rate: 0.001
-adam_beta1: 0.9
-adam_beta2: 0.999
-decay_method: none
-learning_rate_decay: 1.0
-start_decay_steps: 1000000
-max_grad_norm: 5
-label_smoothing: 0.0
-batch_type: sents
-batch_size: 64
-normalization: tokens
-accum_count: [1]
-valid_steps: 1000000
+{model}valid_steps: 1000000
 save_model: {run}/model
 seed: {seed}
 num_workers: 0
