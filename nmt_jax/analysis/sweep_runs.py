@@ -150,9 +150,9 @@ def load_sweep(spec: str, common: Dict[str, object]) -> List[Run]:
   try:
     entries = module.get_sweep(arg or None)
   except (ValueError, TypeError, KeyError) as e:
+    given = f'the argument {arg!r}' if arg else 'no argument'
     raise errors.ConfigError(
-        f'sweep file {path} does not take the argument {arg!r} ({e}); see'
-        ' its get_sweep'
+        f'sweep file {path} does not run with {given}: {e}'
     ) from None
   for entry in entries:
     config_path, colon, preset = entry['config'].partition(':')

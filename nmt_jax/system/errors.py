@@ -80,16 +80,14 @@ def non_negative(field: str, value: Any):
   """Checks value >= 0 (finite)."""
   _number(field, value)
   if value < 0:
-    raise config_error(field, value, 'must be >= 0', 'give a positive value')
+    raise config_error(field, value, 'must be >= 0', 'give 0 or more')
 
 
 def non_negative_or_inf(field: str, value: Any):
   """Checks value >= 0; inf allowed (a threshold that never applies)."""
   _number(field, value, allow_inf=True)
   if value < 0:
-    raise config_error(
-        field, value, 'must be >= 0', 'give a positive value or inf'
-    )
+    raise config_error(field, value, 'must be >= 0', 'give 0 or more, or inf')
 
 
 def boolean(field: str, value: Any):

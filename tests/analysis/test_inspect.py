@@ -307,7 +307,19 @@ def test_grid_dry_run_and_shards(tmp_path):
                 '--root=/tmp/x',
                 '--dry_run',
             ],
-            "does not take the argument 'abc'",
+            "does not run with the argument 'abc'",
+        ),
+        (
+            [
+                'run',
+                '--sweep=configs/sweeps/gettext_attention.py',
+                '--root=/tmp/x',
+                '--dry_run',
+            ],
+            (
+                'does not run with no argument: gettext_attention.py needs the'
+                ' prepared data folder'
+            ),
         ),
     ],
 )
