@@ -12,7 +12,8 @@ direction) copied into a 1-layer decoder of 256, embeddings 256, dropout 0.2,
 Adam 1e-3, clipping 5.
 
 The argument is the folder `real_corpus_parity prepare` wrote (its
-pieces.{train,dev,test}.{en,de}):
+pieces.{train,dev,test}.{en,de}). `bash benchmarks/gettext_attention.sh ROOT`
+runs all of the below; by hand:
 
   python -m benchmarks.gettext_corpus --output=/tmp/gt_corpus --lang=de
   python -m benchmarks.real_corpus_parity prepare --corpus=/tmp/gt_corpus/corpus \

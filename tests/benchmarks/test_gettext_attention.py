@@ -1,0 +1,70 @@
+"""benchmarks/gettext_attention.sh (--dry-run) and its sweep file."""
+
+import os
+import shlex
+import subprocess
+
+from nmt_jax.analysis import sweep_runs
+from tests import conftest
+
+ROOT = conftest.ROOT
+SCRIPT = 'benchmarks/gettext_attention.sh'
+
+
+def _script(*args, **env):
+  return subprocess.run(
+      ['bash', SCRIPT, *args],
+      cwd=ROOT,
+      env=dict(os.environ, **env),
+      capture_output=True,
+      text=True,
+      timeout=60,
+  )
+
+
+def test_every_run_of_the_sweep_file_trains_on_a_core_of_its_own(tmp_path):
+  result = _script(str(tmp_path / 'runs'), '--dry-run', CORES='2', DATA='/d')
+  assert result.returncode == 0, result.stderr
+  first, *lines = result.stdout.splitlines()
+  assert first == f'cd {shlex.quote(ROOT)}'
+  commands = [shlex.split(line) for line in lines]
+  train = [c for c in commands if c[5:7] == ['nmt_jax.sweep', 'run']]
+  assert [c[:3] for c in train] == [
+      ['taskset', '-c', '0'],
+      ['taskset', '-c', '1'],
+  ]
+  sweep = 'configs/sweeps/gettext_attention.py:/d'
+  all_runs = sweep_runs.load_sweep(sweep, {})
+  shards = []
+  for command in train:
+    assert f'--sweep={sweep}' in command
+    assert f'--root={tmp_path}/runs' in command
+    shard = next(a for a in command if a.startswith('--shard='))
+    shards += [r.name for r in sweep_runs.shard(all_runs, shard[8:])]
+  assert sorted(shards) == sorted(r.name for r in all_runs)
+  tau = [c for c in commands if 'tau' in c]
+  assert [c[c.index('tau') + 1] for c in tau] == [
+      f'--workdir={tmp_path}/runs/flexible',
+      f'--workdir={tmp_path}/runs/flexible_finetune',
+  ]
+  decode = next(c for c in commands if 'benchmarks.trained_decode' in c)
+  assert decode[:3] == ['taskset', '-c', '0'] and '--threads=1' in decode
+  assert '--reference=global_general' in decode
+  assert commands[-1][2:5] == [
+      'nmt_jax.sweep',
+      'aggregate',
+      f'--root={tmp_path}/runs',
+  ]
+  assert '--by_length' in commands[-1]
+
+
+def test_missing_root_or_data_is_one_line():
+  result = _script()
+  assert result.returncode == 2
+  assert result.stderr == (
+      'error: give the directory for the runs:'
+      ' benchmarks/gettext_attention.sh ROOT\n'
+  )
+  result = _script('/tmp/x', DATA='/nonexistent')
+  assert result.returncode == 2
+  assert '/nonexistent/pieces.train.en not found' in result.stderr
