@@ -92,7 +92,8 @@ def evaluate(
   """Decodes the test split (else validation) and scores it.
 
   One workdir: its best checkpoint; results go into it (eval_results.json,
-  eval_hypotheses.txt, an 'eval' record in metrics.jsonl). With
+  eval_hypotheses.txt, eval_references.txt, an 'eval' record in
+  metrics.jsonl). With
   decode.step = N, that checkpoint, and the files go into
   <workdir>/eval_step_<N>/ (the record into metrics.jsonl). An ensemble
   writes into the folder `output`. With decode.nbest / decode.alignments,
@@ -186,7 +187,8 @@ def _evaluate_locked(config, paths: Sequence[str], target: str):
     soft = None
     if config.decode.alignments == 'soft':
       soft = _soft_alignments(config, decoded, range(len(split)))
-    _write_eval(config, target, result, rows, record_in, soft)
+    references = evaluator.references(split, len(rows))
+    _write_eval(config, target, result, rows, references, record_in, soft)
   return result, rows, step
 
 
@@ -203,16 +205,29 @@ def _soft_alignments(config, decoded, keys) -> Dict[str, np.ndarray]:
 
 
 def _write_eval(
-    config, target: str, result, rows, record_in: Optional[str], soft=None
+    config,
+    target: str,
+    result,
+    rows,
+    references,
+    record_in: Optional[str],
+    soft=None,
 ):
   """The evaluation's files in `target`; its record in `record_in`'s metrics.
 
-  `soft`: the soft alignments by name (decode.alignments='soft').
+  eval_references.txt holds the references line for line with
+  eval_hypotheses.txt, as scored (detokenized), for external scorers and
+  paired tests between runs. `soft`: the soft alignments by name
+  (decode.alignments='soft').
   """
   writers.write_json(os.path.join(target, 'eval_results.json'), result)
   writers.write_text(
       os.path.join(target, 'eval_hypotheses.txt'),
       ''.join(row[0][0] + '\n' for row in rows),
+  )
+  writers.write_text(
+      os.path.join(target, 'eval_references.txt'),
+      ''.join(reference + '\n' for reference in references),
   )
   nbest = os.path.join(target, 'eval_nbest.txt')
   alignments = os.path.join(target, 'eval_alignments.txt')

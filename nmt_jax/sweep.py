@@ -14,7 +14,8 @@
 
   # Workdirs (or every workdir under a root) -> CSV and markdown table;
   # --pivot=L adds one row per model with BLEU and decoding time under each L
-  # (Britz et al.'s Table 1); --by_length BLEU per source-length bin.
+  # (Britz et al.'s Table 1); --by_length BLEU per source-length bin;
+  # --paired_with=RUN each run against RUN by paired bootstrap resampling.
   python -m nmt_jax.sweep aggregate --root=runs/britz \\
       --csv=runs/britz/results.csv --markdown=runs/britz/results.md --pivot=L
 
@@ -40,6 +41,7 @@ from absl import logging
 from ml_collections import config_flags
 
 from nmt_jax.analysis import runs as runs_lib
+from nmt_jax.analysis import significance
 from nmt_jax.analysis import sweep_runs
 from nmt_jax.analysis import tau_sweep
 from nmt_jax.config import cli_flags
@@ -124,6 +126,13 @@ _BY_LENGTH = flags.DEFINE_bool(
     False,
     'aggregate: also a table of BLEU per source-length bin (10 tokens) of'
     ' each evaluation.',
+)
+_PAIRED_WITH = flags.DEFINE_string(
+    'paired_with',
+    None,
+    'aggregate: also test each evaluated run against this one (its name'
+    ' under --root, or a workdir) by paired bootstrap resampling of test'
+    ' BLEU.',
 )
 _TAUS = flags.DEFINE_list(
     'taus',
@@ -236,6 +245,10 @@ def aggregate():
   if _BY_LENGTH.value:
     table += '\n\nBLEU by source length (tokens; sentences):\n\n'
     table += runs_lib.length_table(workdirs, _ROOT.value)
+  if _PAIRED_WITH.value:
+    table += '\n\n' + significance.table_against(
+        workdirs, _PAIRED_WITH.value, _ROOT.value
+    )
   if _MARKDOWN.value:
     with open(_MARKDOWN.value, 'w', encoding='utf-8') as f:
       f.write(table + '\n')

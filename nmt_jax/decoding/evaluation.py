@@ -397,11 +397,13 @@ class Evaluator:
     decoded = self.decode(params, split, beam_size, limit)
     return decoded.texts, decoded.info
 
+  def references(self, split: dataset.Split, count: int) -> List[str]:
+    """The first `count` target texts of `split`, as hypotheses are scored."""
+    return [self.as_text(t) for t in split.target_text[:count]]
+
   def metrics(self, params, split, decoded: Decoded, beam_size: int):
     """BLEU (+ signature), chrF, RIBES and loss of decoded texts."""
-    references = [
-        self.as_text(t) for t in split.target_text[: len(decoded.texts)]
-    ]
+    references = self.references(split, len(decoded.texts))
     language = self.config.data.target_lang
     result = metrics_lib.translation_metrics(
         decoded.texts, references, language
@@ -409,7 +411,8 @@ class Evaluator:
     result['bleu_by_source_length'] = metrics_lib.bleu_by_source_length(
         decoded.texts,
         references,
-        [len(s) - 1 for s in split.source[: len(decoded.texts)]],  # no EOS
+        # Without EOS; the split may be Ragged (no slicing).
+        [len(split.source[i]) - 1 for i in range(len(decoded.texts))],
         language,
     )
     result.update(decoded.info)

@@ -3,7 +3,8 @@
 A workdir has `config.json` (the resolved config; run_config.py), `checkpoints/`
 (checkpoint.py), `metrics.jsonl` and TensorBoard events (writers.py),
 `vocab/` and `data_cache/` for real corpora (nmt_jax/data/encoding.py) and,
-after evaluation, `eval_results.json` and `eval_hypotheses.txt`.
+after evaluation, `eval_results.json`, `eval_hypotheses.txt` and
+`eval_references.txt`.
 """
 
 import contextlib

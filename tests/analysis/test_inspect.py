@@ -17,7 +17,9 @@ from nmt_jax import inference
 from nmt_jax.analysis import attention_maps
 from nmt_jax.analysis import plots
 from nmt_jax.analysis import runs as runs_lib
+from nmt_jax.analysis import significance
 from nmt_jax.analysis import sweep_runs as sweep_lib
+from nmt_jax.system import errors
 from nmt_jax.workdir import run_config
 from tests import conftest
 from tests.commands import copy_reading_backwards
@@ -134,8 +136,21 @@ def test_evaluations_break_bleu_down_by_source_length(runs, tmp_path):
       '| flexible',
   ]
   assert runs_lib.length_table([old]).startswith('(no run has')
-  out = sweep('aggregate', f'--root={root}', '--by_length').stdout
+  out = sweep(
+      'aggregate', f'--root={root}', '--by_length', '--paired_with=memory_k4'
+  ).stdout
   assert 'BLEU by source length' in out and '| memory_k4 |' in out
+  # Each evaluation kept its references, line for line with its hypotheses.
+  with open(os.path.join(root, 'flexible', 'eval_references.txt')) as f:
+    assert len(f.read().splitlines()) == results['num_sentences']
+  paired = out[out.index('Paired bootstrap') :].splitlines()
+  assert [line.split(' | ')[0] for line in paired[4:]] == [
+      '| memory_k4',
+      '| flexible',
+      '| memory_k2',
+  ]
+  with pytest.raises(errors.ConfigError, match='none of the evaluated runs'):
+    significance.table_against([os.path.join(root, 'flexible')], 'nope', root)
 
 
 def test_trained_decode_times_every_run_against_the_reference(runs):
