@@ -10,9 +10,10 @@
 # benchmarks.real_corpus_parity prepare` wrote (pieces.{train,dev,test}.*);
 # ROOT gets one workdir per run. Parts (PARTS, default "train tau decode
 # tables"):
-#   train   the sweep, one shard per core (CORES, default the machine's
-#           count, each pinned with taskset and one XLA thread). It resumes:
-#           run it again after an interruption.
+#   train   the sweep by CORES (default: the machine's count) processes,
+#           each pinned to a core with one XLA thread, started 30 s apart:
+#           each takes the next run no other one holds. It resumes: run it
+#           again after an interruption.
 #   tau     flexible and its fine-tuned run evaluated at Shu & Nakayama's
 #           tau values, beam BEAM (5), one per core.
 #   decode  benchmarks/trained_decode.py on core 0 alone: every run against
@@ -68,8 +69,10 @@ SWEEP=configs/sweeps/gettext_attention.py:$DATA
 
 if part train; then
   for ((i = 0; i < CORES; i++)); do
+    # Apart: a run's lock is taken a few seconds after its process starts.
+    [[ $i == 0 || -n "$DRY_RUN" ]] || sleep 30
     start taskset -c "$i" "$PYTHON" -m nmt_jax.sweep run --sweep="$SWEEP" \
-      --root="$ROOT" --shard="$i/$CORES"
+      --root="$ROOT"
   done
   in_parallel
 fi

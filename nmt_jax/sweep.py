@@ -23,6 +23,10 @@
   # <workdir>/tau_sweep.json; the config is the workdir's unless --config).
   python -m nmt_jax.sweep tau --workdir=runs/flexible --beam_size=5
 
+Several `run` processes over one sweep (one per core, `taskset -c i`,
+started a few seconds apart) share its runs out: each skips the runs another
+live process holds (their workdir locks).
+
 Runs that trained to their end and were evaluated are skipped, so re-running
 a sweep resumes it (an interrupted run resumes from its last checkpoint); one
 whose overrides changed since is run again (more steps train on). A

@@ -29,6 +29,7 @@ from nmt_jax.config import validation
 from nmt_jax.system import errors
 from nmt_jax.system import progress_bars
 from nmt_jax.training import plateau
+from nmt_jax.workdir import locks
 from nmt_jax.workdir import run_config
 
 
@@ -325,7 +326,9 @@ def run_sweep(
 ) -> List[str]:
   """Trains each run not finished before -> names of failed runs.
 
-  With mode 'eval', evaluates each trained run instead.
+  With mode 'eval', evaluates each trained run instead. A run whose workdir
+  another live process holds is skipped: sweep processes started a few
+  seconds apart over the same runs (one per core) take them in turn.
   """
   failed = []
   for i, run in enumerate(progress_bars.bar(runs, desc='sweep', unit='run')):
@@ -334,6 +337,16 @@ def run_sweep(
       print(' '.join(shlex.quote(a) for a in command))
       continue
     workdir = os.path.join(root, run.name)
+    if locks.in_use_by_another(workdir):
+      # Another sweep process (on another core or machine) runs it: several
+      # processes over one sweep share its runs out as a queue.
+      logging.info(
+          '[%d/%d] %s: another process is running it (its lock), skipped',
+          i + 1,
+          len(runs),
+          run.name,
+      )
+      continue
     if mode == 'train' and training_finished(workdir):
       changed = _changed_fields(run, workdir, root)
       if not changed:
@@ -351,6 +364,17 @@ def run_sweep(
       )
     parent = _parent(run)
     if mode == 'train' and parent:
+      if locks.in_use_by_another(os.path.join(root, parent)):
+        # The process training the parent goes on to this run.
+        logging.info(
+            '[%d/%d] %s: skipped: another process is training %s, which it'
+            ' is fine-tuned from',
+            i + 1,
+            len(runs),
+            run.name,
+            parent,
+        )
+        continue
       if not training_finished(os.path.join(root, parent)):
         failed.append(run.name)
         logging.error(

@@ -422,6 +422,59 @@ def test_fine_tuned_runs_share_their_parents_shard_and_wait_for_it(tmp_path):
   assert not os.path.exists(tmp_path / 'a_tuned')
 
 
+def test_a_run_another_process_holds_is_left_to_it(tmp_path, monkeypatch):
+  """Sweep processes over the same runs share them out through the locks."""
+  (tmp_path / 'held').mkdir()
+  holder = subprocess.Popen(
+      [
+          sys.executable,
+          '-c',
+          (
+              'import sys, time\n'
+              'from nmt_jax.workdir import locks\n'
+              'with locks.locked(sys.argv[1]):\n'
+              '  print("held", flush=True)\n'
+              '  time.sleep(120)\n'
+          ),
+          str(tmp_path / 'held'),
+      ],
+      cwd=ROOT,
+      stdout=subprocess.PIPE,
+      text=True,
+  )
+  launched = []
+  monkeypatch.setattr(
+      sweep_lib,
+      '_run_passing_signals',
+      lambda command, log: (launched.append(command), (0, 0))[1],
+  )
+  runs = [
+      sweep_lib.Run(n, 'configs/global_general.py:tiny', {})
+      for n in ('held', 'free')
+  ]
+  # Fine-tuned from the held run: left to the process that trains it.
+  runs.append(
+      sweep_lib.Run(
+          'tuned',
+          'configs/flexible.py:tiny',
+          {'train.init_from': '{root}/held'},
+      )
+  )
+  try:
+    assert holder.stdout.readline() == 'held\n'
+    assert sweep_lib.run_sweep(runs, str(tmp_path)) == []
+    assert [
+        c[c.index('--config=configs/global_general.py:tiny') + 1]
+        for c in launched
+    ] == [f'--workdir={tmp_path}/free']
+  finally:
+    holder.kill()
+    holder.wait()
+  launched.clear()
+  assert sweep_lib.run_sweep(runs[:1], str(tmp_path)) == []  # a stale lock
+  assert len(launched) == 1
+
+
 def test_aggregate_writes_csv_and_markdown(runs, tmp_path):
   root = runs['root']
   out = sweep(
