@@ -93,8 +93,7 @@ def evaluate(
 
   One workdir: its best checkpoint; results go into it (eval_results.json,
   eval_hypotheses.txt, eval_references.txt, an 'eval' record in
-  metrics.jsonl). With
-  decode.step = N, that checkpoint, and the files go into
+  metrics.jsonl). With decode.step = N, that checkpoint, and the files go into
   <workdir>/eval_step_<N>/ (the record into metrics.jsonl). An ensemble
   writes into the folder `output`. With decode.nbest / decode.alignments,
   eval_nbest.txt / eval_alignments.txt (pharaoh) or eval_alignments.npz

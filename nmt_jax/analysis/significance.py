@@ -39,9 +39,9 @@ def paired_bleu(
 
   -> [{'run', 'bleu', 'mean', 'ci95', 'diff', 'p_value'}], the baseline first
   (its p_value None): mean and ci95 are the resampled BLEU's mean and the
-  half-width of its 95% interval, p_value the share of resamples where the
-  p-value of sacreBLEU's paired bootstrap for the difference (its seed
-  12345: the same files give the same figures).
+  half-width of its 95% interval, p_value sacreBLEU's paired-bootstrap
+  p-value of the difference (its seed 12345: the same files give the same
+  figures).
   """
   names = list(names or workdirs)
   references = _read_lines(baseline, 'eval_references.txt')
