@@ -146,7 +146,13 @@ class DecodeBench:
     if self._forced is None:
       split, boundaries = self.task.eval, self.evaluator.boundaries
       eval_batches = list(
-          batching.eval_batches(split, size, boundaries, self.limit)
+          batching.eval_batches(
+              split,
+              size,
+              boundaries,
+              self.limit,
+              row_multiple=self.mesh.devices.size,
+          )
       )
       device = [parallel.shard_batch(b, self.mesh) for _, b in eval_batches]
       real = [rows >= 0 for rows, _ in eval_batches]

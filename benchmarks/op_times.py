@@ -293,7 +293,7 @@ def bench_decode_ops(
   *_, (rows, batch) = batching.eval_batches(
       one.task.eval, size, evaluator.boundaries
   )
-  # The last batch holds the remainder: rows of -1 pad it to `size`.
+  # The longest batch; rows of -1 may pad it.
   sentences = int(np.sum(rows >= 0))
   source = parallel.shard_global_batch({'source': batch['source']}, one.mesh)[
       'source'

@@ -329,27 +329,43 @@ def eval_batches(
     batch_size: int,
     boundaries: Sequence[int],
     limit: Optional[int] = None,
+    row_multiple: int = 1,
 ) -> Iterator[Tuple[np.ndarray, Batch]]:
   """Fixed-shape batches of the first `limit` examples, sorted by length.
 
-  Yields (indices [batch_size], batch); the batch is padded with copies of a
-  one-token example whose index is -1, so every batch has `batch_size` rows.
-  Examples longer than the last boundary (a test split is kept whole) go in
-  one more bucket, of the longest one's length.
+  Yields (indices [rows], batch); rows of -1 pad a batch with copies of a
+  one-token example. Examples up to the last boundary come in batches of
+  `batch_size` rows, each padded to the boundary of its longest example; the
+  first batch holds the remainder, so the rows that pad it out are of the
+  shortest length. Examples longer than the last boundary (a test split is
+  kept whole) come after them in batches of their own, each padded to its
+  own longest example and holding only the rows it needs (rounded up to a
+  multiple of `row_multiple`, e.g. the number of devices): one long sentence
+  does not make a whole batch of short ones as long as itself.
   """
   count = len(split) if limit is None else min(limit, len(split))
   lengths = example_lengths(split)[:count]
-  if count and lengths.max() > boundaries[-1]:
-    boundaries = [*boundaries, int(lengths.max())]
   order = np.argsort(lengths, kind='stable')
-  for start in range(0, count, batch_size):
+  ordinary = int(np.sum(lengths <= boundaries[-1]))
+  first = ordinary % batch_size or batch_size
+  starts = [0, *range(first, ordinary, batch_size)] if ordinary else []
+  for start, stop in zip(starts, [*starts[1:], ordinary]):
+    rows = order[start:stop]
+    length = boundaries[int(np.searchsorted(boundaries, lengths[rows[-1]]))]
+    yield _padded(split, rows, length, batch_size)
+  for start in range(ordinary, count, batch_size):
     rows = order[start : start + batch_size]
-    length = boundaries[int(np.searchsorted(boundaries, lengths[rows].max()))]
-    batch = make_batch(split, rows, length)
-    pad = batch_size - len(rows)
-    if pad:
-      dummy = np.zeros((pad, length), np.int32)
-      dummy[:, 0] = EOS
-      batch = {k: np.concatenate([v, dummy]) for k, v in batch.items()}
-      rows = np.concatenate([rows, np.full(pad, -1)])
-    yield rows, batch
+    size = min(batch_size, -(-len(rows) // row_multiple) * row_multiple)
+    yield _padded(split, rows, int(lengths[rows[-1]]), size)
+
+
+def _padded(split, rows, length: int, size: int) -> Tuple[np.ndarray, Batch]:
+  """make_batch of `rows` padded with one-token examples (index -1) to `size`."""
+  batch = make_batch(split, rows, length)
+  pad = size - len(rows)
+  if pad:
+    dummy = np.zeros((pad, length), np.int32)
+    dummy[:, 0] = EOS
+    batch = {k: np.concatenate([v, dummy]) for k, v in batch.items()}
+    rows = np.concatenate([rows, np.full(pad, -1)])
+  return rows, batch

@@ -113,7 +113,13 @@ def decode_split(
   """
   count = len(split) if limit is None else min(limit, len(split))
   batches = list(
-      batching.eval_batches(split, batch_size, boundaries, limit=count)
+      batching.eval_batches(
+          split,
+          batch_size,
+          boundaries,
+          limit=count,
+          row_multiple=1 if mesh is None else mesh.devices.size,
+      )
   )
   if mesh is None:
     sources = [jnp.asarray(batch['source']) for _, batch in batches]
@@ -280,7 +286,12 @@ class Evaluator:
     """
     out = [None] * len(split)
     for rows, batch in progress_bars.bar(
-        batching.eval_batches(split, batch_size, self.boundaries),
+        batching.eval_batches(
+            split,
+            batch_size,
+            self.boundaries,
+            row_multiple=self.mesh.devices.size,
+        ),
         total=-(-len(split) // batch_size),
         desc='scoring',
         unit='batch',

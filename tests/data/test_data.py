@@ -7,6 +7,7 @@ from nmt_jax import data
 from nmt_jax.config import defaults
 from nmt_jax.config import validation
 from nmt_jax.data import batching
+from nmt_jax.data import dataset
 from nmt_jax.data import vocab as vocab_lib
 from nmt_jax.data.vocab import BOS
 from nmt_jax.data.vocab import EOS
@@ -149,6 +150,39 @@ def test_eval_batches_cover_every_example_once():
             batch['source'][row, :n], task.eval.source[index]
         )
   assert sorted(seen) == list(range(37))
+
+
+def test_eval_batches_pad_short_rows_and_long_sentences_apart():
+  # 11 sentences of 1-6 tokens (EOS included) and 3 longer than the last
+  # boundary (6).
+  lengths = [3, 1, 6, 2, 5, 4, 1, 2, 3, 6, 5, 9, 20, 12]
+  sequences = [np.append(np.arange(3, n + 2), EOS) for n in lengths]
+  split = dataset.Split(sequences, sequences, [''] * 14, [''] * 14)
+  batches = list(batching.eval_batches(split, 4, [3, 6], row_multiple=2))
+  shapes = [batch['source'].shape for _, batch in batches]
+  # The remainder (11 % 4 = 3 shortest) first, padded with a dummy row at
+  # the shortest length; the long ones last, each batch as long as its
+  # longest, its rows the ones it needs rounded up to 2.
+  assert shapes == [(4, 3), (4, 6), (4, 6), (4, 20)]
+  assert [int(np.sum(rows >= 0)) for rows, _ in batches] == [3, 4, 4, 3]
+  assert list(batches[0][0][-1:]) == [-1] and list(batches[-1][0][-1:]) == [-1]
+  seen = []
+  for rows, batch in batches:
+    for row, index in enumerate(rows):
+      if index >= 0:
+        n = lengths[index]
+        np.testing.assert_array_equal(
+            batch['source'][row, :n], sequences[index]
+        )
+        assert np.all(batch['source'][row, n:] == PAD)
+        seen.append(index)
+      else:
+        assert batch['source'][row, 0] == EOS
+  assert sorted(seen) == list(range(14))
+  # Two long ones in a batch of their own: 2 rows, no dummy.
+  long_pair = list(batching.eval_batches(split, 4, [3, 6], limit=13))[-1]
+  assert long_pair[1]['source'].shape == (2, 20)
+  assert list(long_pair[0]) == [11, 12]
 
 
 def test_bucket_boundaries():
