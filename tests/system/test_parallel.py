@@ -199,3 +199,67 @@ def test_batches_by_tokens_need_no_divisible_batch_size(tmp_path):
       '--config.train.eval_num_sentences=8',
   )
   assert result.returncode == 0, result.stderr[-3000:]
+
+
+# A test split with sentences over the last bucket, decoded on `devices`:
+# every batch's rows split over the devices, the long sentences' own batch
+# rounded up to a multiple of them (3 long ones: 3 rows on 1 device, 8 on 8).
+DECODE_DRIVER = """
+import json, sys
+import jax
+import numpy as np
+from nmt_jax import data
+from nmt_jax.data import batching
+from nmt_jax.data import dataset
+from nmt_jax.data.vocab import EOS
+from nmt_jax.decoding import evaluation
+from nmt_jax.model import seq2seq
+from nmt_jax.system import parallel
+from tests import helpers
+config = helpers.tiny_config()
+task = data.load_task(config.data, seed=0)
+short = list(task.eval.source[:21])
+body = np.concatenate([s[:-1] for s in task.eval.source[:6]])
+long = [np.append(body[:n], EOS) for n in (17, 23, 29)]
+assert min(map(len, long)) > task.max_length
+sources = short + long
+split = dataset.Split(sources, sources, [''] * 24, [''] * 24)
+model = seq2seq.create_model(config, task)
+params = helpers.init_params(model, seed=0)
+evaluator = evaluation.Evaluator(config, model, task, parallel.make_mesh())
+*_, (_, tail) = batching.eval_batches(
+    split, 16, evaluator.boundaries, row_multiple=jax.device_count()
+)
+out = {'tail_shape': list(tail['source'].shape)}
+for beam in (1, 3):
+  decoded = evaluator.decode(params, split, beam_size=beam, batch_size=16)
+  out[f'texts{beam}'] = decoded.texts
+  out[f'scores{beam}'] = [n[0].score for n in decoded.nbest]
+print(json.dumps(out))
+"""
+
+
+def decode_on_devices(devices):
+  env = conftest.subprocess_env()
+  env['XLA_FLAGS'] += f' --xla_force_host_platform_device_count={devices}'
+  result = subprocess.run(
+      [sys.executable, '-c', DECODE_DRIVER],
+      cwd=ROOT,
+      env=env,
+      capture_output=True,
+      text=True,
+      timeout=600,
+  )
+  assert result.returncode == 0, result.stderr[-3000:]
+  return json.loads(result.stdout.strip().splitlines()[-1])
+
+
+def test_long_test_sentences_decode_alike_on_one_device_and_eight():
+  one, eight = decode_on_devices(1), decode_on_devices(8)
+  assert one['tail_shape'] == [3, 30] and eight['tail_shape'] == [8, 30]
+  for beam in (1, 3):
+    assert len(one[f'texts{beam}']) == 24
+    assert one[f'texts{beam}'] == eight[f'texts{beam}']
+    np.testing.assert_allclose(
+        one[f'scores{beam}'], eight[f'scores{beam}'], rtol=1e-5, atol=1e-5
+    )
