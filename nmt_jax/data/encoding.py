@@ -8,7 +8,7 @@ source files, so a changed corpus or max_length is encoded again. Training
 pairs with an empty side or more than data.max_length tokens on either side
 are skipped and counted in the log; the validation and test splits are kept
 whole (their scores, and eval_hypotheses.txt, cover every line of their
-files; longer pairs are decoded in a length bucket of their own).
+files; longer pairs are decoded after the others, in batches of their own).
 """
 
 import hashlib
@@ -80,8 +80,8 @@ def encode_split(
   if keep_all and (dropped['empty'] or dropped['too_long']):
     logging.info(
         '%s: kept all %d pairs, %d of them with an empty side and %d longer'
-        ' than data.max_length=%d tokens (decoded in a length bucket of their'
-        ' own)',
+        ' than data.max_length=%d tokens (decoded after the others, in'
+        ' batches of their own)',
         where,
         len(split),
         dropped['empty'],

@@ -568,7 +568,7 @@ def test_translate_input_and_output_errors_come_before_decoding(
 
 
 def test_translate_keeps_line_numbers_and_blank_lines(trained, tmp_path):
-  # Longer than data.max_length (8): decoded in a bucket of its own, as eval
+  # Longer than data.max_length (8): decoded in a batch of its own, as eval
   # does with long test lines (translate and score refused them).
   long_line = ' '.join(['a', 'b', 'c'] * 4)
   out = nmt(
