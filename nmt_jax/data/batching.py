@@ -359,6 +359,18 @@ def eval_batches(
     yield _padded(split, rows, int(lengths[rows[-1]]), size)
 
 
+def eval_batch_count(
+    split: dataset.Split,
+    batch_size: int,
+    boundaries: Sequence[int],
+    limit: Optional[int] = None,
+) -> int:
+  """How many batches eval_batches makes of the same arguments."""
+  count = len(split) if limit is None else min(limit, len(split))
+  ordinary = int(np.sum(example_lengths(split)[:count] <= boundaries[-1]))
+  return -(-ordinary // batch_size) + -(-(count - ordinary) // batch_size)
+
+
 def _padded(split, rows, length: int, size: int) -> Tuple[np.ndarray, Batch]:
   """make_batch of `rows` padded with one-token examples (index -1) to `size`."""
   batch = make_batch(split, rows, length)

@@ -292,7 +292,7 @@ class Evaluator:
             self.boundaries,
             row_multiple=self.mesh.devices.size,
         ),
-        total=-(-len(split) // batch_size),
+        total=batching.eval_batch_count(split, batch_size, self.boundaries),
         desc='scoring',
         unit='batch',
     ):

@@ -179,6 +179,15 @@ def test_eval_batches_pad_short_rows_and_long_sentences_apart():
       else:
         assert batch['source'][row, 0] == EOS
   assert sorted(seen) == list(range(14))
+  assert batching.eval_batch_count(split, 4, [3, 6]) == 4
+  assert batching.eval_batch_count(split, 4, [3, 6], limit=13) == 4
+  assert batching.eval_batch_count(split, 2, [3, 6], limit=12) == 7
+  assert batching.eval_batch_count(split, 4, [3, 6], limit=0) == 0
+  for size, limit in ((4, None), (4, 13), (2, 12), (3, 14), (16, None)):
+    made = batching.eval_batches(split, size, [3, 6], limit=limit)
+    assert batching.eval_batch_count(split, size, [3, 6], limit) == len(
+        list(made)
+    )
   # Two long ones in a batch of their own: 2 rows, no dummy.
   long_pair = list(batching.eval_batches(split, 4, [3, 6], limit=13))[-1]
   assert long_pair[1]['source'].shape == (2, 20)
