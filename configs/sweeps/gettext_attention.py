@@ -1,8 +1,8 @@
 """The papers' attention kinds on real language: the gettext corpus at a 4k BPE.
 
-No attention, global (general, concat), local-p, memory K = 32/64 on Luong's
-decoder (input feeding), and flexible attention on the Bahdanau-style decoder it
-builds on, before and after its beta fine-tuning; each trains until validation
+No attention, global (general, concat), local-p, memory K = 32/64 (and 64 with
+position encodings) on Luong's decoder (input feeding), and flexible attention
+on the Bahdanau-style decoder it builds on, before and after its beta fine-tuning; each trains until validation
 cross-entropy stops improving (every 1,000 steps of 64 sentences; the learning
 rate halves at each validation without a gain, training stops after three in a
 row, at most 30,000 steps) and is evaluated on the whole test split with beam 5,
@@ -86,6 +86,9 @@ def get_sweep(arg=None):
       ('local_p', '../local_p.py', {}),
       ('memory_k32', '../memory_k32.py', {}),
       ('memory_k64', '../memory_k64.py', {}),
+      # With position encodings: the configuration Britz et al. found on par
+      # with attention on WMT.
+      ('memory_k64_pe', '../memory_k64_pe.py', {}),
   ]
   runs = [
       {'name': name, 'config': config, 'overrides': {**common, **extra}}
