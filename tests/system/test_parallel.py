@@ -30,26 +30,31 @@ for args in sys.argv[1:]:
 """
 
 
-def run_workers(tmp_path, devices, runs):
-  """{name: the worker's output} of `runs` ({name: [args]}), in order."""
+def python_on_devices(devices, *args, timeout=600):
+  """`python ARGS` in the repository on `devices` fake CPU devices."""
   env = conftest.subprocess_env()
   env['XLA_FLAGS'] += f' --xla_force_host_platform_device_count={devices}'
-  outs = {name: str(tmp_path / f'{name}.npz') for name in runs}
-  result = subprocess.run(
-      [
-          sys.executable,
-          '-c',
-          DRIVER,
-          *(
-              json.dumps([outs[name], f'--steps={STEPS}', *args])
-              for name, args in runs.items()
-          ),
-      ],
+  return subprocess.run(
+      [sys.executable, *args],
       cwd=ROOT,
       env=env,
       capture_output=True,
       text=True,
-      timeout=600,
+      timeout=timeout,
+  )
+
+
+def run_workers(tmp_path, devices, runs):
+  """{name: the worker's output} of `runs` ({name: [args]}), in order."""
+  outs = {name: str(tmp_path / f'{name}.npz') for name in runs}
+  result = python_on_devices(
+      devices,
+      '-c',
+      DRIVER,
+      *(
+          json.dumps([outs[name], f'--steps={STEPS}', *args])
+          for name, args in runs.items()
+      ),
   )
   assert result.returncode == 0, result.stderr[-3000:]
   loaded = {}
@@ -134,16 +139,7 @@ def test_checkpoint_moves_between_device_counts(runs):
 
 
 def nmt_on_devices(devices, *args):
-  env = conftest.subprocess_env()
-  env['XLA_FLAGS'] += f' --xla_force_host_platform_device_count={devices}'
-  return subprocess.run(
-      [sys.executable, '-m', 'nmt_jax.main', *args],
-      cwd=ROOT,
-      env=env,
-      capture_output=True,
-      text=True,
-      timeout=300,
-  )
+  return python_on_devices(devices, '-m', 'nmt_jax.main', *args, timeout=300)
 
 
 @pytest.mark.parametrize(
@@ -240,16 +236,7 @@ print(json.dumps(out))
 
 
 def decode_on_devices(devices):
-  env = conftest.subprocess_env()
-  env['XLA_FLAGS'] += f' --xla_force_host_platform_device_count={devices}'
-  result = subprocess.run(
-      [sys.executable, '-c', DECODE_DRIVER],
-      cwd=ROOT,
-      env=env,
-      capture_output=True,
-      text=True,
-      timeout=600,
-  )
+  result = python_on_devices(devices, '-c', DECODE_DRIVER)
   assert result.returncode == 0, result.stderr[-3000:]
   return json.loads(result.stdout.strip().splitlines()[-1])
 
