@@ -101,6 +101,25 @@ def make_mesh(config):
   return mesh
 
 
+def with_init_from_learning_rate(config):
+  """`config` with train.learning_rate of train.init_from at its checkpoint.
+
+  Resolved the same way on every start, so a resumed fine-tuning run matches
+  the config.json it wrote.
+  """
+  step, rate = checkpoint.init_from_learning_rate(config.train.init_from)
+  config = config.copy_and_resolve_references()
+  config.train.learning_rate = rate
+  logging.info(
+      'train.init_from_learning_rate: train.learning_rate=%.3g, the rate of'
+      ' %s at step %d',
+      rate,
+      config.train.init_from,
+      step,
+  )
+  return config
+
+
 def with_epochs(config, steps_per_epoch: int):
   """`config` with train.num_steps from train.num_epochs, when that is set."""
   if not config.train.num_epochs:
@@ -187,6 +206,8 @@ def train_and_evaluate(
   """
   # A config or device error raises here, before the workdir exists.
   config = validation.resolve(config)
+  if config.train.init_from_learning_rate:
+    config = with_init_from_learning_rate(config)
   mesh = make_mesh(config)
   if checkpoint.has_checkpoints(workdir):
     run_config.check_identity(config, workdir, 'resuming its training')
@@ -260,8 +281,17 @@ def _train_and_evaluate(config, workdir: str, mesh, evaluate: bool):
       )
       logging.info('resuming from step %d', start)
     elif t.init_from:
+      # The checkpoint the learning rate was taken from, or the best.
+      step = None
+      if t.init_from_learning_rate:
+        step, _ = checkpoint.init_from_learning_rate(t.init_from)
       params, from_step = checkpoint.load_params_from(
-          t.init_from, config, checkpoint.abstract(state.params), mesh, task
+          t.init_from,
+          config,
+          checkpoint.abstract(state.params),
+          mesh,
+          task,
+          step,
       )
       opt_state = jax.jit(setup.optimizer.init)(params)
       state = state.replace(

@@ -297,6 +297,10 @@ def get_config(arg=None):
   config.train.profile_from_step = 10
   # Start from the best checkpoint of another workdir (fine-tuning).
   config.train.init_from = ''
+  # True: train.learning_rate becomes the rate the init_from run trained at
+  # just before that checkpoint (its schedule and plateau decays applied), so
+  # fine-tuning a converged run does not restart at its first, larger rate.
+  config.train.init_from_learning_rate = False
 
   # ---------------------------------------------------------------- decoding
   config.decode = ml_collections.ConfigDict()

@@ -228,6 +228,14 @@ def validate(config):
         f'{config.model.attention.kind!r}',
         'set --config.train.beta=0',
     )
+  if config.train.init_from_learning_rate and not config.train.init_from:
+    raise errors.config_error(
+        'train.init_from_learning_rate',
+        True,
+        'takes the learning rate of the run train.init_from names, but that'
+        ' is empty',
+        'give train.init_from, or set train.init_from_learning_rate=False',
+    )
   if config.train.weight_decay and config.train.optimizer != 'adam':
     raise errors.config_error(
         'train.weight_decay',

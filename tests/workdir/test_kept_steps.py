@@ -7,6 +7,7 @@ train.ema_decay, the arrays the checkpoint holds.
 
 import json
 import os
+import shutil
 
 import jax
 import numpy as np
@@ -141,3 +142,57 @@ def test_eval_and_averaging_read_the_ema_of_a_run_that_kept_one(tmp_path):
         stored[4][ema + key].astype(np.float64) + stored[2][ema + key]
     ) / 2
     np.testing.assert_allclose(mean[ema + key], expected, rtol=1e-6)
+
+
+def test_fine_tuning_can_start_at_the_parents_last_rate(runs, tmp_path):
+  """train.init_from_learning_rate: the rate of the parent's last training
+  records before the checkpoint it starts from, not train.learning_rate."""
+  long_run, _ = runs
+  parent = str(tmp_path / 'parent')
+  shutil.copytree(long_run, parent)
+  # A rate that decayed as at plateaus: a different one at every step.
+  path = os.path.join(parent, 'metrics.jsonl')
+  with open(path) as f:
+    records = [json.loads(line) for line in f]
+  for record in records:
+    if record.get('split') == 'train':
+      record['learning_rate'] = 1e-3 / record['step']
+  with open(path, 'w') as f:
+    f.writelines(json.dumps(record) + '\n' for record in records)
+  logged = [r['step'] for r in records if r.get('split') == 'train']
+  assert logged == [2, 4, 6]
+  # Only step 6 was validated, so it is the best (step 4 is kept too).
+  assert checkpoint.init_from_learning_rate(parent) == (6, 1e-3 / 6)
+
+  child = str(tmp_path / 'child')
+  tune = [
+      *RUN,
+      f'--config.train.init_from={parent}',
+      '--config.train.init_from_learning_rate=true',
+      '--config.train.learning_rate=0.5',  # replaced
+  ]
+  train.train_and_evaluate(
+      cli_config(*tune, '--config.train.num_steps=2'), child, evaluate=False
+  )
+  # Resumed: the same rate again, so config.json still matches.
+  train.train_and_evaluate(
+      cli_config(*tune, '--config.train.num_steps=4'), child, evaluate=False
+  )
+  with open(os.path.join(child, 'config.json')) as f:
+    assert json.load(f)['train']['learning_rate'] == pytest.approx(1e-3 / 6)
+  with open(os.path.join(child, 'metrics.jsonl')) as f:
+    rates = [
+        r['learning_rate']
+        for r in map(json.loads, f)
+        if r.get('split') == 'train'
+    ]
+  assert len(rates) == 2  # steps 2 and 4
+  np.testing.assert_allclose(rates, 1e-3 / 6, rtol=1e-6)
+
+
+def test_the_parents_rate_needs_a_parent():
+  config = cli_config(*RUN, '--config.train.init_from_learning_rate=true')
+  with pytest.raises(
+      errors.ConfigError, match='train.init_from names, but that is empty'
+  ):
+    validation.resolve(config)
