@@ -9,7 +9,7 @@
 # DATA (default /tmp/parity/data) is the folder `python -m
 # benchmarks.real_corpus_parity prepare` wrote (pieces.{train,dev,test}.*);
 # ROOT gets one workdir per run. Parts (PARTS, default "train tau decode
-# tables"):
+# record tables"):
 #   train   the sweep by CORES (default: the machine's count) processes,
 #           each pinned to a core with one XLA thread, started 30 s apart:
 #           each takes the next run no other one holds. It resumes: run it
@@ -19,7 +19,14 @@
 #   decode  benchmarks/trained_decode.py on core 0 alone: every run against
 #           global general, greedy and beam, REPEATS (3) rounds; JSON in
 #           ROOT/trained_decode.json.
-#   tables  ROOT/results.md and results.csv (`sweep aggregate --by_length`).
+#   record  each evaluated run's small files (config.json, metrics.jsonl,
+#           eval_results.json, its test hypotheses and references,
+#           tau_sweep.json; no checkpoints) into RECORDS/<run>/ (default
+#           benchmarks/runs/cpu/by_hand/gettext_attention), and the decode
+#           JSON as RECORDS/trained_decode_<date>.json: runs made on
+#           different machines or days meet there.
+#   tables  RECORDS/results.md and results.csv (`sweep aggregate
+#           --by_length --paired_with=global_general`).
 # --dry-run prints the commands instead, after the `cd` to the repository
 # root they need. PYTHON: nmt_jax's interpreter (python). NMT_JAX_KEEP_FREED_MEMORY
 # is 1 unless set. On a quiet 2-core machine training takes about 8 hours,
@@ -42,7 +49,9 @@ REPO_ROOT=$(cd "$(dirname "$0")/.." && pwd)
 [[ "$ROOT" == /* ]] || ROOT="$PWD/$ROOT"
 DATA=${DATA:-/tmp/parity/data}
 [[ "$DATA" == /* ]] || DATA="$PWD/$DATA"
-PARTS=" ${PARTS:-train tau decode tables} "
+PARTS=" ${PARTS:-train tau decode record tables} "
+RECORDS=${RECORDS:-$REPO_ROOT/benchmarks/runs/cpu/by_hand/gettext_attention}
+[[ "$RECORDS" == /* ]] || RECORDS="$PWD/$RECORDS"
 CORES=${CORES:-$(nproc)}
 BEAM=${BEAM:-5}
 REPEATS=${REPEATS:-3}
@@ -95,7 +104,23 @@ if part decode; then
     --reference=global_general --threads=1 --repeats="$REPEATS" \
     --json="$ROOT/trained_decode.json"
 fi
+if part record; then
+  for results in "$ROOT"/*/eval_results.json; do
+    [[ -f "$results" ]] || continue
+    from=$(dirname "$results")
+    to="$RECORDS/$(basename "$from")"
+    run mkdir -p "$to"
+    for file in config.json metrics.jsonl eval_results.json \
+      eval_hypotheses.txt eval_references.txt tau_sweep.json; do
+      [[ ! -f "$from/$file" ]] || run cp "$from/$file" "$to/"
+    done
+  done
+  if [[ -f "$ROOT/trained_decode.json" ]]; then
+    run cp "$ROOT/trained_decode.json" "$RECORDS/trained_decode_$(date +%F).json"
+  fi
+fi
 if part tables; then
-  run "$PYTHON" -m nmt_jax.sweep aggregate --root="$ROOT" --by_length \
-    --markdown="$ROOT/results.md" --csv="$ROOT/results.csv"
+  run "$PYTHON" -m nmt_jax.sweep aggregate --root="$RECORDS" --by_length \
+    --paired_with=global_general --markdown="$RECORDS/results.md" \
+    --csv="$RECORDS/results.csv"
 fi
