@@ -30,7 +30,9 @@ def translation_metrics(
   """
   hypotheses, references = list(hypotheses), list(references)
   bleu = bleu_metric(language)
-  bleu_tok = BLEU(tokenize='none')
+  # force: the text is tokenized on purpose; without it sacreBLEU warns of
+  # text it thinks was not detokenized.
+  bleu_tok = BLEU(tokenize='none', force=True)
   chrf = CHRF()
   if language in UNSPACED:
     tokenize, tokenizer_name = bleu.tokenizer, bleu.tokenizer.signature()

@@ -4,6 +4,7 @@ import re
 
 import numpy as np
 import pytest
+from sacrebleu.metrics import BLEU
 
 from nmt_jax.decoding import evaluation
 from nmt_jax.decoding import loop
@@ -95,6 +96,19 @@ def test_tokenized_bleu_scores_moses_tokens_of_detokenized_text():
   assert sacrebleu.BLEU(tokenize='none').corpus_score(hyps, [refs]).score < 90
   # symbol tasks are unchanged
   assert metrics.moses_tokenize('a b c d') == 'a b c d'
+
+
+def test_tokenized_bleu_does_not_warn_of_tokenized_text(caplog):
+  # The Moses step tokenizes on purpose; sacreBLEU warns of 100 lines or more
+  # that end in a tokenized period unless told so.
+  lines = [f'Datei {i} wurde gespeichert.' for i in range(120)]
+  with caplog.at_level('WARNING', logger='sacrebleu'):
+    metrics.translation_metrics(lines, lines, language='de')
+  assert not [r for r in caplog.records if 'detokenize' in r.getMessage()]
+  with caplog.at_level('WARNING', logger='sacrebleu'):  # the check can fail
+    tokenized = [metrics.moses_tokenize(line, 'de') for line in lines]
+    BLEU(tokenize='none').corpus_score(tokenized, [tokenized])
+  assert [r for r in caplog.records if 'detokenize' in r.getMessage()]
 
 
 def test_ribes_of_spaced_languages_reads_moses_tokens():

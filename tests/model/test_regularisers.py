@@ -247,7 +247,10 @@ def test_hoisted_gradients_equal_autodiffs(kind, query):
       jax.tree_util.tree_leaves(grads_b),
   ):
     name = jax.tree_util.keystr(path)
-    np.testing.assert_allclose(x, y, rtol=1e-5, atol=1e-6, err_msg=name)
+    # Float32 sums in another order: near-zero entries of an array are
+    # compared on the array's scale (a wrong gradient is off by far more).
+    scale = float(np.abs(y).max())
+    np.testing.assert_allclose(x, y, rtol=1e-5, atol=1e-5 * scale, err_msg=name)
     assert np.all(np.isfinite(x)) and np.any(x != 0), name
 
 
