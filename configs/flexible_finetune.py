@@ -12,9 +12,10 @@ state (fresh Adam moments), the step counter (so the learning-rate schedule
 starts again at train.learning_rate; with train.schedule=halve it does not
 resume halved) and the data order (the training split's epoch-0 shuffle of
 seed). `--config.train.init_from_learning_rate=true` starts at the rate the
-parent trained at last instead (a parent whose rate decayed at plateaus). `--config.train.num_epochs=0 --config.train.num_steps=N` trains
-N steps instead; `--config.train.beta_normalization=token` uses the earlier
-mean-token objective (beta weighs ~mean target length times more).
+parent trained at last instead (a parent whose rate decayed at plateaus).
+`--config.train.num_epochs=0 --config.train.num_steps=N` trains N steps
+instead; `--config.train.beta_normalization=token` uses the earlier mean-token
+objective (beta weighs ~mean target length times more).
 """
 
 from nmt_jax.config import defaults

@@ -102,7 +102,7 @@ def make_mesh(config):
 
 
 def with_init_from_learning_rate(config):
-  """`config` with train.learning_rate of train.init_from at its checkpoint.
+  """(`config` with train.learning_rate of train.init_from, that run's step).
 
   Resolved the same way on every start, so a resumed fine-tuning run matches
   the config.json it wrote.
@@ -117,7 +117,7 @@ def with_init_from_learning_rate(config):
       config.train.init_from,
       step,
   )
-  return config
+  return config, step
 
 
 def with_epochs(config, steps_per_epoch: int):
@@ -206,8 +206,10 @@ def train_and_evaluate(
   """
   # A config or device error raises here, before the workdir exists.
   config = validation.resolve(config)
+  init_step = None  # train.init_from's best checkpoint
   if config.train.init_from_learning_rate:
-    config = with_init_from_learning_rate(config)
+    # Parameters and learning rate of one and the same step.
+    config, init_step = with_init_from_learning_rate(config)
   mesh = make_mesh(config)
   if checkpoint.has_checkpoints(workdir):
     run_config.check_identity(config, workdir, 'resuming its training')
@@ -221,14 +223,16 @@ def train_and_evaluate(
   created = folders.prepare(workdir)
   try:
     with locks.locked(workdir):
-      return _train_and_evaluate(config, workdir, mesh, evaluate)
+      return _train_and_evaluate(config, workdir, mesh, evaluate, init_step)
   except BaseException:
     if created:
       folders.remove_if_empty(workdir, created)  # nothing left by a failure
     raise
 
 
-def _train_and_evaluate(config, workdir: str, mesh, evaluate: bool):
+def _train_and_evaluate(
+    config, workdir: str, mesh, evaluate: bool, init_step: Optional[int]
+):
   lead = jax.process_index() == 0
 
   if (
@@ -281,17 +285,13 @@ def _train_and_evaluate(config, workdir: str, mesh, evaluate: bool):
       )
       logging.info('resuming from step %d', start)
     elif t.init_from:
-      # The checkpoint the learning rate was taken from, or the best.
-      step = None
-      if t.init_from_learning_rate:
-        step, _ = checkpoint.init_from_learning_rate(t.init_from)
       params, from_step = checkpoint.load_params_from(
           t.init_from,
           config,
           checkpoint.abstract(state.params),
           mesh,
           task,
-          step,
+          init_step,
       )
       opt_state = jax.jit(setup.optimizer.init)(params)
       state = state.replace(
