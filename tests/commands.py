@@ -15,8 +15,16 @@ from nmt_jax.workdir import checkpoint
 from tests import conftest
 
 CONFIG = 'configs/global_general.py:tiny'
-# Small and quick: greedy final evaluation, a few validation sentences.
-QUICK = ['--config.decode.beam_size=1', '--config.train.eval_num_sentences=8']
+# Small and quick: greedy final evaluation, a few validation sentences, and
+# one length bucket (one training step to compile, a third of a tiny run's
+# time). Bucketed batches and their restored iterator are tested in
+# tests/data/test_pipeline.py, and end to end with two buckets by
+# test_cli.py's resume after SIGKILL.
+QUICK = [
+    '--config.decode.beam_size=1',
+    '--config.train.eval_num_sentences=8',
+    '--config.data.num_buckets=1',
+]
 
 
 def nmt(*args, check=True, input_text=None, timeout=600):

@@ -186,6 +186,8 @@ def test_resume_after_sigkill_follows_the_uninterrupted_run(tmp_path):
       '--config.train.eval_every=1000',
       '--config.train.log_every=25',
       '--config.train.keep_checkpoints=20',
+      # Two length buckets: the restored data iterator goes on in each.
+      '--config.data.num_buckets=2',
   ]
   straight, interrupted = str(tmp_path / 'straight'), str(
       tmp_path / 'interrupted'

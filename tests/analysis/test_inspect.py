@@ -30,7 +30,8 @@ pytestmark = pytest.mark.slow
 
 SWEEP_FILE = """
 def get_sweep(arg=None):
-  quick = {{'decode.beam_size': 1, 'train.eval_num_sentences': 8, 'train.num_steps': 6}}
+  quick = {{'decode.beam_size': 1, 'train.eval_num_sentences': 8, 'train.num_steps': 6,
+           'data.num_buckets': 1}}
   return [
       {{'name': 'memory_k2', 'config': '{configs}/memory_k64.py:tiny',
         'overrides': {{**quick, 'model.attention.num_memory': 2}}}},
@@ -208,142 +209,156 @@ def test_grid_dry_run_and_shards(tmp_path):
   assert not os.listdir(tmp_path)  # a dry run writes nothing
 
 
-@pytest.mark.parametrize(
-    'args, fragment',
-    [
-        (['run', '--root=/tmp/x'], 'either --sweep'),
+# Command lines that stop at their edge: one error line, exit status 2.
+SWEEP_MISTAKES = [
+    (['run', '--root=/tmp/x'], 'either --sweep'),
+    (
+        [
+            'run',
+            '--sweep=configs/sweeps/britz_copy.py',
+            '--root=/tmp/x',
+            '--shard=2/2',
+        ],
+        '--shard',
+    ),
+    (
+        [
+            'run',
+            '--config=configs/memory_k64.py',
+            '--grid=num_memory',
+            '--root=/tmp/x',
+        ],
+        'is not field=value',
+    ),
+    (['aggregate', '--root=configs'], 'found no workdirs'),  # none there
+    (['aggregate', '--root=/nonexistent'], 'is not a directory'),
+    (
+        [
+            'run',
+            '--sweep=configs/sweeps/britz_copy.py',
+            '--root=/tmp/x',
+            '--grid=model.hidden_size=8,16',
+        ],
+        'drop --config and --grid',
+    ),
+    (
+        [
+            'run',
+            '--sweep=configs/sweeps/britz_copy.py',
+            '--root=/tmp/x',
+            '--only=L20/nope*',
+        ],
+        "--only='L20/nope*' matches no run",
+    ),
+    (
+        ['aggregate', '--root=tests', '--workdirs=x', '--pivot=length'],
+        "'length' is not a column",
+    ),
+    (
+        ['tau', '--config=configs/memory_k64.py:tiny', '--workdir=/tmp/x'],
+        'flexible attention',
+    ),
+    (['tau', '--workdir=/tmp/no_such_run'], 'holds no config.json'),
+    (
+        [
+            'run',
+            '--config=configs/memory_k64.py:nopreset',
+            '--grid=seed=0,1',
+            '--root=/tmp/x',
+            '--dry_run',
+        ],
+        "unknown config preset 'nopreset'",
+    ),
+    (
+        [
+            'run',
+            '--config=configs/memory_k64.py:tiny',
+            '--config.model.hiden=3',
+            '--grid=seed=0,1',
+            '--root=/tmp/x',
+            '--dry_run',
+        ],
+        'unknown config field in a --config override: hiden',
+    ),
+    (
+        [
+            'run',
+            '--config=configs/nonexistent.py',
+            '--grid=seed=0,1',
+            '--root=/tmp/x',
+            '--dry_run',
+        ],
+        'configs/nonexistent.py does not exist',
+    ),
+    (
+        ['aggregate', '--workdirs=tests', '--markdown=/proc/no/r.md'],
+        '--markdown=/proc/no/r.md cannot be written',
+    ),
+    (['aggregate', '--workdirs=tests'], 'tests is not a workdir'),
+    (
+        [
+            'run',
+            '--config=configs/memory_k64.py:tiny',
+            '--grid=model.attention.num_memroy=2,4',
+            '--root=/tmp/x',
+            '--dry_run',
+        ],
+        'model.attention.num_memroy is not a config field',
+    ),
+    (
+        [
+            'run',
+            '--sweep=configs/sweeps/britz_copy.py:20',
+            '--set=train.num_stesp=5',
+            '--root=/tmp/x',
+            '--dry_run',
+        ],
+        'train.num_stesp is not a config field',
+    ),
+    (
+        [
+            'run',
+            '--sweep=configs/sweeps/britz_copy.py:abc',
+            '--root=/tmp/x',
+            '--dry_run',
+        ],
+        "does not run with the argument 'abc'",
+    ),
+    (
+        [
+            'run',
+            '--sweep=configs/sweeps/gettext_attention.py',
+            '--root=/tmp/x',
+            '--dry_run',
+        ],
         (
-            [
-                'run',
-                '--sweep=configs/sweeps/britz_copy.py',
-                '--root=/tmp/x',
-                '--shard=2/2',
-            ],
-            '--shard',
+            'does not run with no argument: gettext_attention.py needs the'
+            ' prepared data folder'
         ),
-        (
-            [
-                'run',
-                '--config=configs/memory_k64.py',
-                '--grid=num_memory',
-                '--root=/tmp/x',
-            ],
-            'is not field=value',
-        ),
-        (['aggregate', '--root=configs'], 'found no workdirs'),  # none there
-        (['aggregate', '--root=/nonexistent'], 'is not a directory'),
-        (
-            [
-                'run',
-                '--sweep=configs/sweeps/britz_copy.py',
-                '--root=/tmp/x',
-                '--grid=model.hidden_size=8,16',
-            ],
-            'drop --config and --grid',
-        ),
-        (
-            [
-                'run',
-                '--sweep=configs/sweeps/britz_copy.py',
-                '--root=/tmp/x',
-                '--only=L20/nope*',
-            ],
-            "--only='L20/nope*' matches no run",
-        ),
-        (
-            ['aggregate', '--root=tests', '--workdirs=x', '--pivot=length'],
-            "'length' is not a column",
-        ),
-        (
-            ['tau', '--config=configs/memory_k64.py:tiny', '--workdir=/tmp/x'],
-            'flexible attention',
-        ),
-        (['tau', '--workdir=/tmp/no_such_run'], 'holds no config.json'),
-        (
-            [
-                'run',
-                '--config=configs/memory_k64.py:nopreset',
-                '--grid=seed=0,1',
-                '--root=/tmp/x',
-                '--dry_run',
-            ],
-            "unknown config preset 'nopreset'",
-        ),
-        (
-            [
-                'run',
-                '--config=configs/memory_k64.py:tiny',
-                '--config.model.hiden=3',
-                '--grid=seed=0,1',
-                '--root=/tmp/x',
-                '--dry_run',
-            ],
-            'unknown config field in a --config override: hiden',
-        ),
-        (
-            [
-                'run',
-                '--config=configs/nonexistent.py',
-                '--grid=seed=0,1',
-                '--root=/tmp/x',
-                '--dry_run',
-            ],
-            'configs/nonexistent.py does not exist',
-        ),
-        (
-            ['aggregate', '--workdirs=tests', '--markdown=/proc/no/r.md'],
-            '--markdown=/proc/no/r.md cannot be written',
-        ),
-        (['aggregate', '--workdirs=tests'], 'tests is not a workdir'),
-        (
-            [
-                'run',
-                '--config=configs/memory_k64.py:tiny',
-                '--grid=model.attention.num_memroy=2,4',
-                '--root=/tmp/x',
-                '--dry_run',
-            ],
-            'model.attention.num_memroy is not a config field',
-        ),
-        (
-            [
-                'run',
-                '--sweep=configs/sweeps/britz_copy.py:20',
-                '--set=train.num_stesp=5',
-                '--root=/tmp/x',
-                '--dry_run',
-            ],
-            'train.num_stesp is not a config field',
-        ),
-        (
-            [
-                'run',
-                '--sweep=configs/sweeps/britz_copy.py:abc',
-                '--root=/tmp/x',
-                '--dry_run',
-            ],
-            "does not run with the argument 'abc'",
-        ),
-        (
-            [
-                'run',
-                '--sweep=configs/sweeps/gettext_attention.py',
-                '--root=/tmp/x',
-                '--dry_run',
-            ],
-            (
-                'does not run with no argument: gettext_attention.py needs the'
-                ' prepared data folder'
-            ),
-        ),
-    ],
-)
-def test_sweep_errors_are_one_line(args, fragment):
-  result = sweep(*args, check=False)
-  assert result.returncode == 2
+    ),
+]
+
+
+@pytest.fixture(scope='module')
+def sweep_mistakes():
+  """What each command line of SWEEP_MISTAKES wrote and its exit status."""
+  results = conftest.run_module_lines(
+      'nmt_jax.sweep',
+      [args for args, _ in SWEEP_MISTAKES],
+      preload=('nmt_jax.analysis.sweep_runs', 'nmt_jax.analysis.runs'),
+  )
+  return {
+      tuple(args): result for (args, _), result in zip(SWEEP_MISTAKES, results)
+  }
+
+
+@pytest.mark.parametrize('args, fragment', SWEEP_MISTAKES)
+def test_sweep_errors_are_one_line(sweep_mistakes, args, fragment):
+  result = sweep_mistakes[tuple(args)]
+  assert result.returncode == 2, result.stderr
   assert (
       fragment in result.stderr and len(result.stderr.strip().splitlines()) == 1
-  )
+  ), result.stderr
 
 
 def test_a_run_is_finished_when_trained_to_its_end_and_evaluated_after(

@@ -138,28 +138,41 @@ def test_bench_peer_that_matches_nothing_is_one_line(tmp_path):
   assert out.stderr.strip().splitlines()[-1].startswith('error: --peer=')
 
 
-@pytest.mark.parametrize(
-    'command,flag,message',
-    [
-        ('decode', '--modes=greedy,beam10', '--modes takes greedy, beam and'),
-        ('decode', '--repeats=0', '--repeats=0: 0 is not a positive'),
-        ('decode', '--num_sentences=0', '--num_sentences=0: 0 is not a'),
-        ('train', '--steps=0', '--steps=0: 0 is not a positive'),
-        ('ops', '--top=-3', '--top=-3: -3 is not a positive'),
-        ('ops', '--compare=configs/memory_k64.py:tiny', 'takes no --compare'),
-        ('startup', '--peer=x.json', 'bench startup takes no --peer'),
-    ],
-)
-def test_bench_flag_mistakes_stop_before_any_work(command, flag, message):
+BENCH_MISTAKES = [
+    ('decode', '--modes=greedy,beam10', '--modes takes greedy, beam and'),
+    ('decode', '--repeats=0', '--repeats=0: 0 is not a positive'),
+    ('decode', '--num_sentences=0', '--num_sentences=0: 0 is not a'),
+    ('train', '--steps=0', '--steps=0: 0 is not a positive'),
+    ('ops', '--top=-3', '--top=-3: -3 is not a positive'),
+    ('ops', '--compare=configs/memory_k64.py:tiny', 'takes no --compare'),
+    ('startup', '--peer=x.json', 'bench startup takes no --peer'),
+]
+
+
+@pytest.fixture(scope='module')
+def bench_mistakes():
+  """What `bench COMMAND --config=... FLAG` wrote for each BENCH_MISTAKES."""
+  results = conftest.run_module_lines(
+      'benchmarks.bench',
+      [
+          [command, '--config=configs/global_general.py:tiny', flag]
+          for command, flag, _ in BENCH_MISTAKES
+      ],
+      preload=('nmt_jax.train', 'benchmarks.train_speed'),
+  )
+  return {
+      (command, flag): result
+      for (command, flag, _), result in zip(BENCH_MISTAKES, results)
+  }
+
+
+@pytest.mark.parametrize('command,flag,message', BENCH_MISTAKES)
+def test_bench_flag_mistakes_stop_before_any_work(
+    bench_mistakes, command, flag, message
+):
   """They crashed after compiling (TypeError, StatisticsError, ...) or were
   dropped without a word."""
-  out = conftest.run_module(
-      'benchmarks.bench',
-      command,
-      '--config=configs/global_general.py:tiny',
-      flag,
-      check=False,
-  )
+  out = bench_mistakes[(command, flag)]
   # 2: a flag's value, one line (as main); 1: absl's usage error.
   assert out.returncode in (1, 2) and message in out.stderr, out.stderr[-1000:]
   assert 'Traceback' not in out.stderr
