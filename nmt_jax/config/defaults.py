@@ -287,6 +287,11 @@ def get_config(arg=None):
   config.train.plateau_decay = 0.0
   config.train.plateau_patience = 2
   config.train.plateau_metric = 'bleu'
+  # What counts as better, for both: a gain over the best counted value of
+  # more than this, in the metric's units (BLEU points, or nats of
+  # cross-entropy). 0: any gain. With a small rate late in training, gains of
+  # 1e-4 nats would otherwise restart the counts again and again.
+  config.train.plateau_min_delta = 0.0
   # Early stopping: stop after this many validations without a better
   # plateau_metric (0 = off); the best checkpoint is then evaluated.
   config.train.early_stopping_patience = 0

@@ -65,6 +65,7 @@ NON_NEGATIVE = (
     'train.divergence_factor',
     'train.warmup_steps',
     'train.plateau_decay',
+    'train.plateau_min_delta',
     'train.early_stopping_patience',
     'train.keep_every',
     'train.profile_steps',

@@ -3,7 +3,8 @@
 `Plateau` follows train.plateau_metric over the validations of a run. After
 train.plateau_patience validations without a better value the learning rate
 is multiplied by train.plateau_decay; after train.early_stopping_patience
-without one, training stops. A resumed run replays the validations recorded
+without one, training stops. Better means by more than
+train.plateau_min_delta (in the metric's units) than the best value counted. A resumed run replays the validations recorded
 in metrics.jsonl up to its checkpoint, so it decides as an uninterrupted run.
 """
 
@@ -23,6 +24,7 @@ class Plateau:
     self.decay = train_config.plateau_decay
     self.patience = train_config.plateau_patience
     self.stop_patience = train_config.early_stopping_patience
+    self.min_delta = train_config.plateau_min_delta
     self.best: Optional[float] = None
     self.best_step: Optional[int] = None
     self.since_best = 0  # validations since the best one
@@ -37,9 +39,11 @@ class Plateau:
   def update(self, step: int, result: Dict[str, float]) -> Tuple[bool, bool]:
     """Takes one validation result -> (decay the learning rate now, stop)."""
     value = float(result[self.metric])  # metrics.jsonl writes NaN as 'nan'
+    gain = None if self.best is None else value - self.best
+    if gain is not None and self.metric == 'loss':
+      gain = -gain  # lower is better
     better = value == value and (  # NaN is never better
-        self.best is None
-        or (value > self.best if self.metric == 'bleu' else value < self.best)
+        gain is None or gain > self.min_delta
     )
     if better:
       self.best, self.best_step = value, step

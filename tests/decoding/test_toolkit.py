@@ -437,6 +437,45 @@ def test_plateau_decays_and_stops_after_its_patience():
   assert (replayed.scale, replayed.since_best) == (0.5, 2)
 
 
+def test_plateau_min_delta_counts_only_gains_above_it():
+  """Gains of at most train.plateau_min_delta are not improvements: the
+  counts go on from the last value that improved by more, in both metrics'
+  directions, and 0 keeps counting any gain."""
+  for metric, sign in (('loss', -1.0), ('bleu', 1.0)):
+    config = _train_config(
+        plateau_metric=metric,
+        plateau_decay=0.5,
+        plateau_patience=1,
+        early_stopping_patience=3,
+        plateau_min_delta=0.01,
+    )
+    tracker = plateau.Plateau(config)
+    # 1.0, then gains of 0.004 twice (0.008 in all: not more than
+    # min_delta), then 0.011 over the counted best, then 0.004 at a time.
+    values = [1.0, 1.004, 1.008, 1.011, 1.015, 1.019, 1.0205]
+    events = [
+        tracker.update(step, {metric: 1.0 + sign * (v - 1.0)})
+        for step, v in enumerate(values)
+    ]
+    assert events == [
+        (False, False),
+        (True, False),
+        (True, False),
+        (False, False),  # 0.011 above 1.0: better
+        (True, False),
+        (True, False),
+        (True, True),  # three small gains in a row (0.0095 in all): stop
+    ]
+    assert tracker.best_step == 3
+    assert tracker.best == pytest.approx(1.0 + sign * 0.011)
+    any_gain = plateau.Plateau(
+        _train_config(plateau_metric=metric, early_stopping_patience=3)
+    )
+    for step, v in enumerate(values):
+      any_gain.update(step, {metric: 1.0 + sign * (v - 1.0)})
+    assert (any_gain.best_step, any_gain.since_best) == (6, 0)
+
+
 def test_a_resumed_plateau_decays_to_the_same_factor():
   """The factor is kept as the checkpoint's float32: a resume from it goes on
   bit for bit (in float64 0.7 * 0.7 gave 0.49, the resumed run 0.48999998)."""
