@@ -1,12 +1,12 @@
 """The papers' attention kinds on real language: the gettext corpus at a 4k BPE.
 
 No attention, global (general, concat), local-p, memory K = 32/64 (and 64 with
-position encodings) on Luong's decoder (input feeding), and flexible attention
-on the Bahdanau-style decoder it builds on, before and after its beta
-fine-tuning; each trains until validation cross-entropy stops improving (every
-1,000 steps of 64 sentences; the learning rate halves at each validation
-without a gain, training stops after three in a row, at most 30,000 steps) and
-is evaluated on the whole test split with beam 5, no length penalty, BLEU and
+position encodings, summing to 1 or averaging 1 over the sentence) on Luong's
+decoder (input feeding), and flexible attention on the Bahdanau-style decoder
+it builds on, before and after its beta fine-tuning; each trains until
+validation cross-entropy stops improving (every 1,000 steps of 64 sentences;
+the learning rate halves at each validation without a gain, training stops
+after three in a row, at most 30,000 steps) and is evaluated on the whole test split with beam 5, no length penalty, BLEU and
 chrF on detokenized text. The model is the one of
 benchmarks/real_corpus_parity.py: a 1-layer bidirectional encoder (128 units
 per direction) copied into a 1-layer decoder of 256, embeddings 256, dropout
@@ -90,6 +90,14 @@ def get_sweep(arg=None):
       # With position encodings: the configuration Britz et al. found on par
       # with attention on WMT.
       ('memory_k64_pe', '../memory_k64_pe.py', {}),
+      # The encodings renormalised to mean 1 over the sentence, not sum 1:
+      # on the copy task as good as no encodings, where the literal sum-1
+      # reading shrank the encoder's logits with the source length.
+      (
+          'memory_k64_pe_mean1',
+          '../memory_k64_pe.py',
+          {'model.attention.position_encoding': 'renorm_mean1'},
+      ),
   ]
   runs = [
       {'name': name, 'config': config, 'overrides': {**common, **extra}}

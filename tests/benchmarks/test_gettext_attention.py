@@ -36,7 +36,7 @@ def test_the_sweep_trains_on_every_core_and_the_rest_follows(tmp_path):
   # Each process goes through the whole sweep, taking the runs no other
   # holds (their locks).
   sweep = 'configs/sweeps/gettext_attention.py:/d'
-  assert len(sweep_runs.load_sweep(sweep, {})) == 9
+  assert len(sweep_runs.load_sweep(sweep, {})) == 10
   for command in train:
     assert command[7:] == [f'--sweep={sweep}', f'--root={tmp_path}/runs']
   tau = [c for c in commands if 'tau' in c]
