@@ -6,11 +6,11 @@ decoder (input feeding), and flexible attention on the Bahdanau-style decoder
 it builds on, before and after its beta fine-tuning; each trains until
 validation cross-entropy stops improving (every 1,000 steps of 64 sentences;
 the learning rate halves at each validation without a gain, training stops
-after three in a row, at most 30,000 steps) and is evaluated on the whole test split with beam 5, no length penalty, BLEU and
-chrF on detokenized text. The model is the one of
-benchmarks/real_corpus_parity.py: a 1-layer bidirectional encoder (128 units
-per direction) copied into a 1-layer decoder of 256, embeddings 256, dropout
-0.2, Adam 1e-3, clipping 5.
+after three in a row, at most 30,000 steps) and is evaluated on the whole test
+split with beam 5, no length penalty, BLEU and chrF on detokenized text. The
+model is the one of benchmarks/real_corpus_parity.py: a 1-layer bidirectional
+encoder (128 units per direction) copied into a 1-layer decoder of 256,
+embeddings 256, dropout 0.2, Adam 1e-3, clipping 5.
 
 The argument is the folder `real_corpus_parity prepare` wrote (its
 pieces.{train,dev,test}.{en,de}). `bash benchmarks/gettext_attention.sh ROOT`
