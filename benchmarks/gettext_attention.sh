@@ -29,8 +29,8 @@
 #           --by_length --paired_with=global_general`).
 # --dry-run prints the commands instead, after the `cd` to the repository
 # root they need. PYTHON: nmt_jax's interpreter (python). NMT_JAX_KEEP_FREED_MEMORY
-# is 1 unless set. On a quiet 2-core machine training takes about 10 hours (10 runs of 1.5-2.5 hours each),
-# the rest 20 minutes.
+# is 1 unless set. On a quiet 2-core machine training takes about 10 hours
+# (10 runs of 1.5-2.5 hours of a core each), the rest 20 minutes.
 set -euo pipefail
 
 usage() { sed -n '2,/^[^#]/s/^# \{0,1\}//p' "$0"; } # the header comment
