@@ -327,11 +327,16 @@ def add_peer(result: Dict[str, Any], command: str, paths):
     result['vs_peer'] = peer.ratios(result['this'], result['peer'])
     return
   result['peer'] = peer.decode_figures(paths)
-  result['vs_peer'] = {
-      label: peer.ratios(result['this'][label], figures)
-      for label, figures in result['peer'].items()
-      if label in result['this']
-  }
+  result['vs_peer'] = {}
+  for label, figures in result['peer'].items():
+    this = result['this'].get(label)
+    if this is None:
+      continue
+    result['vs_peer'][label] = peer.ratios(this, figures)
+    # The ratio nmt_jax would reach running its step's products alone.
+    result['vs_peer'][label]['at_product_floor'] = (
+        this['product_floor_sentences_per_sec'] / figures['sentences_per_sec']
+    )
 
 
 def main(argv):

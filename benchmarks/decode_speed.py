@@ -10,6 +10,12 @@ until each sentence's reference length (ratio 1, offset 0): every hypothesis
 runs exactly as many steps as a perfect copy model's, which is what the cost
 depends on. With a workdir, its best checkpoint decodes as configured.
 
+Each search mode also reports a floor under its time
+(benchmarks/product_floor.py): the matrix products of one step of the
+search loop of a full batch, each timed alone, times the loop steps a
+sentence needs (`product_floor_ms_per_sentence`, and
+`fraction_of_product_floor`, the floor over the measured time).
+
 Each search mode also records a digest of the texts it decoded
 (`outputs_sha1`); with `--compare`, `same_outputs` says per mode whether the
 two configs decoded the same texts: a speed lever that must not change the
@@ -31,6 +37,7 @@ import jax
 import numpy as np
 
 from benchmarks import hlo
+from benchmarks import product_floor
 from benchmarks import train_speed
 from nmt_jax import data
 from nmt_jax.config import validation
@@ -90,6 +97,8 @@ class DecodeBench:
     self.sentences_per_batch = sentences_per_batch
     self._evaluators = {}
     self._loop_ops = {}
+    self._floors = {}  # mode -> (step floor, sentences per batch)
+    self._product_seconds = {}  # product_floor.Product -> seconds alone
     # (compiled, calls, real rows, source lengths, compile seconds)
     self._forced = None
 
@@ -128,6 +137,14 @@ class DecodeBench:
       # The longest batch: its source, the last argument, is the longest.
       longest = max(executables, key=lambda key: key[-1][0][-1])
       self._loop_ops[mode] = hlo.loop_ops(executables[longest].as_text())
+      # The floor's step: the longest of the batches with the most rows
+      # (sentences over the last bucket come in batches of their own).
+      shape, dtype = max(executables, key=lambda key: key[-1][0])[-1]
+      source = jax.ShapeDtypeStruct(shape, dtype)
+      self._floors[mode] = self._step_floor(beam_size, source), shape[0]
+    floor, rows = self._floors[mode]
+    # Loop steps a sentence needs: every step runs all its beam's rows.
+    floor_ms = floor['step_ms'] / rows * info['avg_steps'] / beam_size
     return {
         'ms_per_sentence': info['decode_ms_per_sentence'],
         'sentences_per_sec': 1000 / info['decode_ms_per_sentence'],
@@ -139,7 +156,20 @@ class DecodeBench:
         'sentences_per_batch': evaluator.decode_batch_size(beam_size),
         'loop_ops': self._loop_ops[mode],
         'outputs_sha1': hashlib.sha1('\n'.join(texts).encode()).hexdigest(),
+        'product_floor_ms_per_sentence': floor_ms,
+        'product_floor_sentences_per_sec': 1000 / floor_ms,
+        'fraction_of_product_floor': floor_ms / info['decode_ms_per_sentence'],
+        'product_floor': dict(floor, sentences_per_batch=rows),
     }
+
+  def _step_floor(self, beam_size: int, source: jax.ShapeDtypeStruct):
+    """product_floor.step_floor of one search step on a [rows, length]
+    source batch (the products read from the decoder's jaxpr)."""
+    decode = search.make_decode_fn(
+        self.evaluator.scorer, self.config.decode, beam_size
+    )
+    products = product_floor.loop_products(decode, self.params, source)
+    return product_floor.step_floor(products, self._product_seconds)
 
   def _time_forced(self):
     size = self.evaluator_for(1).decode_batch_size(1)

@@ -194,6 +194,9 @@ def window_metrics(windows, source_lengths) -> Dict[str, float]:
     *_fraction             the per-sentence means divided by that sentence's
                            source length, averaged over sentences.
     avg_source_length      mean source length.
+    avg_steps              (step, hypothesis) pairs per sentence: its
+                           length (EOS included) in greedy search, the
+                           live beams summed over its steps in beam search.
   """
   if not len(source_lengths):  # nothing decoded
     windows, source_lengths = loop.Windows(*np.zeros((3, 1))), np.ones(1)
@@ -206,6 +209,7 @@ def window_metrics(windows, source_lengths) -> Dict[str, float]:
       'avg_computed': float(np.mean(computed)),
       'avg_computed_fraction': float(np.mean(computed / source_lengths)),
       'avg_source_length': float(np.mean(source_lengths)),
+      'avg_steps': float(np.mean(windows.steps)),
   }
 
 

@@ -215,6 +215,22 @@ def test_bench_decode_json_with_compare(tmp_path):
   assert result['vs_peer']['beam2']['sentences_per_cpu_sec'] == pytest.approx(
       result['this']['beam2']['sentences_per_cpu_sec'] / 1.0
   )
+  # The floor: the search step's products alone, times the steps a sentence
+  # needs; the output layer's product is one of them.
+  config = validation.resolve(cli_config('--config=configs/memory_k64.py:tiny'))
+  vocab = len(data.load_task(config.data, 0).target_vocab)
+  for mode, peer_rate in (('greedy', 4.0), ('beam2', 2.0)):
+    figures = result['this'][mode]
+    floor = figures['product_floor']
+    assert vocab in [p['rhs'][-1] for p in floor['products']]
+    assert floor['sentences_per_batch'] == figures['sentences_per_batch']
+    assert 0 < figures['product_floor_ms_per_sentence']
+    assert figures['fraction_of_product_floor'] == pytest.approx(
+        figures['product_floor_ms_per_sentence'] / figures['ms_per_sentence']
+    )
+    assert result['vs_peer'][mode]['at_product_floor'] == pytest.approx(
+        1000 / figures['product_floor_ms_per_sentence'] / peer_rate
+    )
   for name in ('this', 'other'):
     for mode in ('greedy', 'beam2', 'forced'):
       figures = result[name][mode]

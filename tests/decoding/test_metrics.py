@@ -73,6 +73,7 @@ def test_window_metrics_average_sentences_then_steps():
       'avg_computed': (8 + 16) / 2,
       'avg_computed_fraction': (8 / 4 + 16 / 10) / 2,
       'avg_source_length': 7.0,
+      'avg_steps': 3.0,
   }
   assert result == pytest.approx(expected)
   empty = evaluation.window_metrics(
