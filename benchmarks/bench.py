@@ -335,7 +335,8 @@ def add_peer(result: Dict[str, Any], command: str, paths):
     result['vs_peer'][label] = peer.ratios(this, figures)
     # The ratio nmt_jax would reach running its step's products alone.
     result['vs_peer'][label]['at_product_floor'] = (
-        this['product_floor_sentences_per_sec'] / figures['sentences_per_sec']
+        this['product_floor_output_tokens_per_sec']
+        / figures['output_tokens_per_sec']
     )
 
 

@@ -1,6 +1,7 @@
 """Decoding speed over the evaluation split, for `benchmarks.bench decode`.
 
-ms per sentence and sentences/s for greedy, beam (decode.beam_size) and
+ms per sentence, sentences/s and output tokens/s (the best hypotheses'
+tokens, EOS not counted) for greedy, beam (decode.beam_size) and
 teacher-forced decoding, the average attention window, and the operations
 one step of the search loop runs (`loop_ops`, from the optimized HLO of the
 longest batch's decoder: on a GPU, the kernels each step launches).
@@ -129,9 +130,13 @@ class DecodeBench:
       return self._time_forced()
     beam_size = self.beam_size(mode)
     evaluator = self.evaluator_for(beam_size)
-    texts, info = evaluator.translate(
+    decoded = evaluator.decode(
         self.params, self.task.eval, beam_size, self.limit
     )
+    texts, info = decoded.texts, decoded.info
+    # Tokens of the best hypotheses (EOS not counted): the work done, where
+    # another toolkit's runs are longer or shorter.
+    tokens = sum(len(n[0].ids) for n in decoded.nbest) / max(len(texts), 1)
     if mode not in self._loop_ops:  # HLO text is slow to print: once per mode
       executables = evaluator.executables[beam_size]
       # The longest batch: its source, the last argument, is the longest.
@@ -143,12 +148,19 @@ class DecodeBench:
       source = jax.ShapeDtypeStruct(shape, dtype)
       self._floors[mode] = self._step_floor(beam_size, source), shape[0]
     floor, rows = self._floors[mode]
-    # Loop steps a sentence needs: every step runs all its beam's rows.
-    floor_ms = floor['step_ms'] / rows * info['avg_steps'] / beam_size
+    # An iteration of the loop runs decode.unroll steps; a sentence needs
+    # avg_steps / beam_size of them (a step runs all its beam's rows).
+    step_ms = floor['step_ms'] / self.config.decode.unroll
+    floor_ms = step_ms / rows * info['avg_steps'] / beam_size
     return {
         'ms_per_sentence': info['decode_ms_per_sentence'],
         'sentences_per_sec': 1000 / info['decode_ms_per_sentence'],
         'sentences_per_cpu_sec': 1000 / info['decode_cpu_ms_per_sentence'],
+        'output_tokens_per_sentence': tokens,
+        'output_tokens_per_sec': tokens * 1000 / info['decode_ms_per_sentence'],
+        'output_tokens_per_cpu_sec': (
+            tokens * 1000 / info['decode_cpu_ms_per_sentence']
+        ),
         'avg_window': info['avg_window'],
         'avg_window_fraction': info['avg_window_fraction'],
         'avg_computed': info['avg_computed'],
@@ -157,9 +169,13 @@ class DecodeBench:
         'loop_ops': self._loop_ops[mode],
         'outputs_sha1': hashlib.sha1('\n'.join(texts).encode()).hexdigest(),
         'product_floor_ms_per_sentence': floor_ms,
-        'product_floor_sentences_per_sec': 1000 / floor_ms,
+        'product_floor_output_tokens_per_sec': tokens * 1000 / floor_ms,
         'fraction_of_product_floor': floor_ms / info['decode_ms_per_sentence'],
-        'product_floor': dict(floor, sentences_per_batch=rows),
+        'product_floor': dict(
+            floor,
+            sentences_per_batch=rows,
+            steps_per_iteration=self.config.decode.unroll,
+        ),
     }
 
   def _step_floor(self, beam_size: int, source: jax.ShapeDtypeStruct):

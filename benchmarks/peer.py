@@ -49,7 +49,13 @@ def _beam_size(args: Sequence[str]) -> int:
 
 
 def decode_figures(paths: Sequence[str]) -> Dict[str, Dict[str, Any]]:
-  """Per beam size ('greedy', 'beam10', ...): median sentences/s (wall, CPU)."""
+  """Per beam size ('greedy', 'beam10', ...): median sentences/s and output
+  tokens/s (wall, CPU).
+
+  With EOS blocked (-min_length) every hypothesis runs to the longest
+  source of its batch + 5: the peer's outputs are longer than nmt_jax's
+  (each sentence to its own length), so the two compare per output token.
+  """
   by_beam: Dict[str, List[Dict[str, Any]]] = {}
   for run in _load(paths):
     beam = _beam_size(run['args'])
@@ -59,18 +65,41 @@ def decode_figures(paths: Sequence[str]) -> Dict[str, Dict[str, Any]]:
   for label, timings in by_beam.items():
     wall = [t['n_sent'] / t['translate_s'] for t in timings]
     cpu = [t['n_sent'] / t['translate_cpu_s'] for t in timings]
+    tokens = [t['hyp_tokens'] / t['n_sent'] for t in timings]
     figures[label] = {
         'sentences_per_sec': statistics.median(wall),
         'sentences_per_cpu_sec': statistics.median(cpu),
         'sentences_per_sec_runs': wall,
         'sentences_per_cpu_sec_runs': cpu,
-        'output_tokens_per_sentence': (
-            timings[0]['hyp_tokens'] / timings[0]['n_sent']
+        'output_tokens_per_sentence': statistics.median(tokens),
+        'output_tokens_per_sec': statistics.median(
+            n * r for n, r in zip(tokens, wall)
+        ),
+        'output_tokens_per_cpu_sec': statistics.median(
+            n * r for n, r in zip(tokens, cpu)
         ),
         'peak_rss_mb': max(t['peak_rss_mib'] for t in timings),
         'threads': timings[0]['threads'],
     }
   return figures
+
+
+def with_output_tokens(figures):
+  """nmt_jax's figures of a decoding mode with its output tokens per second.
+
+  Files written before `bench decode` counted them: its random-weight
+  decoding with global attention outputs each sentence's source tokens
+  (`avg_window` less the source's EOS).
+  """
+  if 'output_tokens_per_sec' in figures:
+    return figures
+  tokens = figures['avg_window'] - 1
+  return dict(
+      figures,
+      output_tokens_per_sentence=tokens,
+      output_tokens_per_sec=tokens * figures['sentences_per_sec'],
+      output_tokens_per_cpu_sec=tokens * figures['sentences_per_cpu_sec'],
+  )
 
 
 def ratios(this: Dict[str, Any], peer: Dict[str, Any]) -> Dict[str, float]:
@@ -82,6 +111,8 @@ def ratios(this: Dict[str, Any], peer: Dict[str, Any]) -> Dict[str, float]:
           'tokens_per_cpu_sec',
           'sentences_per_sec',
           'sentences_per_cpu_sec',
+          'output_tokens_per_sec',
+          'output_tokens_per_cpu_sec',
       )
       if this.get(key) and peer.get(key)
   }

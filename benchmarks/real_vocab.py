@@ -274,11 +274,11 @@ def summary(out: str) -> List[str]:
       cpu, wall, pair = [], [], ''
       for r in sorted(set(ours) & set(theirs)):
         this = _load(ours[r])['this']
-        peer = _peer_train(theirs[r])
-        if peer:
-          cpu.append(this['tokens_per_cpu_sec'] / peer['cpu'])
-          wall.append(this['tokens_per_sec'] / peer['wall'])
-          pair = f"{this['tokens_per_cpu_sec']:,.0f} | {peer['cpu']:,.0f} tok/s"
+        them = _peer_train(theirs[r])
+        if them:
+          cpu.append(this['tokens_per_cpu_sec'] / them['cpu'])
+          wall.append(this['tokens_per_sec'] / them['wall'])
+          pair = f"{this['tokens_per_cpu_sec']:,.0f} | {them['cpu']:,.0f} tok/s"
       if cpu:
         lines.append(
             f'{corpus:<14} {"train":<14} {t:>3} {_spread(cpu):<22} '
@@ -290,13 +290,19 @@ def summary(out: str) -> List[str]:
         cpu, wall, pair = [], [], ''
         for r in sorted(set(ours) & set(theirs)):
           this = _load(ours[r])['this'].get(label)
-          peer = _peer_decode(theirs[r])
-          if this and peer:
-            cpu.append(this['sentences_per_cpu_sec'] / peer['cpu'])
-            wall.append(this['sentences_per_sec'] / peer['wall'])
+          them = _peer_decode(theirs[r])
+          if this and them:
+            # Per output token: the peer's runs are longer (EOS blocked to
+            # the longest source of its batch + 5).
+            this = peer.with_output_tokens(this)
+            tokens = them['tokens']
+            cpu.append(this['output_tokens_per_cpu_sec'] / them['cpu'] / tokens)
+            wall.append(this['output_tokens_per_sec'] / them['wall'] / tokens)
             pair = (
-                f"{this['sentences_per_cpu_sec']:,.1f} | {peer['cpu']:,.1f}"
-                f" sent/s (peer {peer['tokens']:.1f} tokens/sentence)"
+                f"{this['output_tokens_per_cpu_sec']:,.0f} |"
+                f" {them['cpu'] * tokens:,.0f} output tok/s"
+                f" ({this['output_tokens_per_sentence']:.1f} | {tokens:.1f}"
+                ' a sentence)'
             )
         if cpu:
           lines.append(

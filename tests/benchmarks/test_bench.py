@@ -228,9 +228,24 @@ def test_bench_decode_json_with_compare(tmp_path):
     assert figures['fraction_of_product_floor'] == pytest.approx(
         figures['product_floor_ms_per_sentence'] / figures['ms_per_sentence']
     )
+    # The peer's runs: 10 output tokens a sentence.
+    tokens = figures['output_tokens_per_sentence']
     assert result['vs_peer'][mode]['at_product_floor'] == pytest.approx(
-        1000 / figures['product_floor_ms_per_sentence'] / peer_rate
+        tokens
+        * 1000
+        / figures['product_floor_ms_per_sentence']
+        / peer_rate
+        / 10
     )
+    assert result['vs_peer'][mode]['output_tokens_per_sec'] == pytest.approx(
+        figures['sentences_per_sec'] * tokens / peer_rate / 10
+    )
+  for mode in ('greedy', 'beam2'):
+    # Random weights with EOS held back: each output has its source's
+    # tokens (global attention's window is the source, EOS included; the
+    # output's EOS, its last step, is not counted).
+    tokens = result['other'][mode]['output_tokens_per_sentence']
+    assert tokens == pytest.approx(result['other'][mode]['avg_window'] - 1)
   for name in ('this', 'other'):
     for mode in ('greedy', 'beam2', 'forced'):
       figures = result[name][mode]

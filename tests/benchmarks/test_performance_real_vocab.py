@@ -25,6 +25,9 @@ def _write_decode(path, greedy, beam):
       'sentences_per_sec': rate,
       'sentences_per_cpu_sec': rate,
       'compile_s': 10.0,
+      # A file of before output tokens were counted: global attention's
+      # window, the source with its EOS: 5 output tokens a sentence.
+      'avg_window': 6.0,
   }
   this = {'greedy': mode(greedy), 'beam10': mode(beam)}
   path.write_text(json.dumps({'jax': '0.0', 'this': this}))
@@ -37,8 +40,9 @@ def test_real_vocabularies_get_rows_per_corpus_paired_with_the_peer(tmp_path):
     write_peer_train(tmp_path / f'peer_train_V16000_t1_r{r}.json', theirs, 1.0)
   _write_train(tmp_path / 'train_gettext_t1_r1.json', 1800.0)
   write_peer_train(tmp_path / 'peer_train_gettext_t1_r1.json', 1200.0, 1.0)
-  # 8 sentences: the peer's greedy in 0.1 CPU s (80/s), beam 10 in 1 (8/s).
-  _write_decode(tmp_path / 'decode_V16000_t1_r1.json', 160.0, 12.0)
+  # 8 sentences of 10 output tokens: the peer's greedy in 0.1 CPU s (800
+  # tokens/s), beam 10 in 1 (80/s); nmt_jax's 320 and 24 sentences/s of 5.
+  _write_decode(tmp_path / 'decode_V16000_t1_r1.json', 320.0, 24.0)
   write_peer_decode(tmp_path / 'peer_decode_V16000_b1_t1_r1.json', 1, 0.1, 0.1)
   write_peer_decode(
       tmp_path / 'peer_decode_V16000_b10_t1_r1.json', 10, 1.0, 1.0
@@ -51,12 +55,15 @@ def test_real_vocabularies_get_rows_per_corpus_paired_with_the_peer(tmp_path):
   # 3,000 / 2,000 and 2,400 / 2,000: median 1.35 [1.20 - 1.50].
   assert rows[1].startswith('| training, target tok/s | V = 16k |')
   assert '**1.35 [1.20 - 1.50]**' in rows[1]
-  assert '| decoding greedy, sent/s | V = 16k | 160 | 80 | **2.00** |' in (
-      rows[2]
+  assert (
+      '| decoding greedy, output tok/s | V = 16k | 1,600 | 800 | **2.00** |'
+      in (rows[2])
   )
-  assert '| decoding beam10, sent/s | V = 16k | 12 | 8 | **1.50** |' in (
-      rows[3]
+  assert (
+      '| decoding beam10, output tok/s | V = 16k | 120 | 80 | **1.50** |'
+      in (rows[3])
   )
+  assert '5.0 output tokens a sentence (peer 10.0)' in rows[2]
   assert rows[4].startswith('| training, target tok/s | gettext')
   assert '**1.50**' in rows[4]
   assert len(rows) == 5  # V = 8k and 32k were not measured: no rows

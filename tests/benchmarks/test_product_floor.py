@@ -5,6 +5,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from benchmarks import product_floor
+from nmt_jax.decoding import search
+from tests import helpers
 
 
 def _search_like(weights, x):
@@ -75,3 +77,25 @@ def test_a_step_floor_sums_its_products_timed_alone():
   for row, product in zip(rows, products):
     assert row['gflop'] * 1e9 == product.flops
     assert np.isclose(row['gflops_per_sec'] * row['ms'], product.flops / 1e6)
+
+
+def test_a_decoders_loop_runs_the_output_layer_once_a_step():
+  """Greedy search of a tiny model: the output layer's product is in the
+  search loop, once per step (twice an iteration with decode.unroll=2)."""
+  config = helpers.tiny_config()
+  model = helpers.make_model(config)
+  params = helpers.init_params(model)
+  source = jax.ShapeDtypeStruct((3, 7), jnp.int32)
+  output = (config.model.hidden_size, helpers.VOCAB)
+
+  def products(unroll):
+    decode_config = config.decode.copy_and_resolve_references()
+    decode_config.unroll = unroll
+    decode = search.make_decode_fn(model, decode_config, beam_size=1)
+    found = product_floor.loop_products(decode, params, source)
+    return [p for p in found if p.lhs.shape[0] == 3]
+
+  one, two = products(1), products(2)
+  assert [p.rhs.shape for p in one].count(output) == 1
+  assert [p.rhs.shape for p in two].count(output) == 2
+  assert sum(p.flops for p in two) == 2 * sum(p.flops for p in one)

@@ -7,6 +7,7 @@ import subprocess
 
 from benchmarks import real_vocab
 from tests import conftest
+from tests.benchmarks.test_bench import write_peer_decode
 
 ROOT = conftest.ROOT
 
@@ -152,6 +153,17 @@ def test_summary_pairs_runs(tmp_path):
         f'peer_train_V8000_t1_r{r}.json',
         {'summary': {'tgt_tok_per_s': theirs, 'cpu_util_window': 1.0}},
     )
+  # Decoding, per output token: nmt_jax's 100 sentences/s of 10 tokens (a
+  # file of before they were counted: its window, the source with EOS, less
+  # one), the peer's 80/s of 10 (each run to its batch's longest source + 5).
+  mode = {'sentences_per_cpu_sec': 100.0, 'sentences_per_sec': 100.0}
+  write(
+      'decode_V8000_t1_r1.json',
+      {'this': {'greedy': dict(mode, avg_window=11.0)}},
+  )
+  write_peer_decode(tmp_path / 'peer_decode_V8000_b1_t1_r1.json', 1, 0.1, 0.1)
   lines = real_vocab.summary(str(tmp_path))
   row = next(line for line in lines if line.startswith('V8000'))
   assert 'train' in row and '1.57 [1.50 - 1.65]' in row
+  greedy = next(line for line in lines if 'greedy' in line)
+  assert '1.25' in greedy and '1,000 | 800 output tok/s' in greedy
