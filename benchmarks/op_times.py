@@ -280,9 +280,14 @@ def bench_decode_ops(
     sentences_per_batch: Optional[int] = None,
     data_workdir: Optional[str] = None,
 ) -> Dict[str, Any]:
-  """Traced decoding calls (`mode` 'greedy' or 'beam') on the evaluation
-  split's longest batch, op by op: random weights with EOS held back until
-  the reference length, as `bench decode` times them."""
+  """Traced decoding calls (`mode` 'greedy' or 'beam') on the longest of
+  the evaluation split's full batches, op by op: random weights with EOS
+  held back until the reference length, as `bench decode` times them.
+
+  A full batch, not the longest: the sentences over the last length bucket
+  come in batches of their own, of a few rows, whose steps are not the
+  split's.
+  """
   _check_steps(num_calls)
   one = decode_speed.DecodeBench(
       config, None, None, sentences_per_batch, data_workdir
@@ -290,10 +295,11 @@ def bench_decode_ops(
   beam_size = one.beam_size(mode)
   evaluator = one.evaluator_for(beam_size)
   size = evaluator.decode_batch_size(beam_size)
-  *_, (rows, batch) = batching.eval_batches(
-      one.task.eval, size, evaluator.boundaries
+  batches = batching.eval_batches(one.task.eval, size, evaluator.boundaries)
+  # Rows of -1 pad a batch.
+  rows, batch = max(
+      batches, key=lambda b: (np.sum(b[0] >= 0), b[1]['source'].shape[1])
   )
-  # The longest batch; rows of -1 may pad it.
   sentences = int(np.sum(rows >= 0))
   source = parallel.shard_global_batch({'source': batch['source']}, one.mesh)[
       'source'
@@ -315,6 +321,8 @@ def bench_decode_ops(
   result.update({
       'trace': 'greedy' if beam_size == 1 else f'beam{beam_size}',
       'source_length': source.shape[1],
+      # Its longest sentence, EOS included: the search's steps.
+      'longest_source': int(np.max(np.sum(batch['source'] != PAD, axis=1))),
       'rows': source.shape[0],
       'sentences': sentences,
       'ms_per_sentence': result['step_ms'] / sentences,

@@ -183,23 +183,24 @@ def test_bench_ops_traces_a_search_step_per_source_position(
   )
   result = json.loads(out.read_text())['this']
   assert result['trace'].startswith(mode)
-  # The longest batch is the split's last: its remainder of real sentences,
-  # padded to the batch's rows; the time per sentence is per real one.
-  assert result['rows'] == rows and 1 <= result['sentences'] <= rows
+  # The longest of the batches with the most real sentences (the copy
+  # task's sources fill every batch); the time per sentence is per real one.
+  assert result['rows'] == rows and result['sentences'] == rows
   assert result['ms_per_sentence'] == pytest.approx(
       result['step_ms'] / result['sentences']
   )
   assert sum(loop['share'] for loop in result['loops']) == pytest.approx(1.0)
   # EOS is held back until the reference length, which on the copy task is
-  # the source's: the search steps once per source position of the
-  # longest batch, so each op of its decoder step ran that many times (or
+  # the source's: the search steps once per source position of the batch's
+  # longest sentence, so each op of its decoder step ran that many times (or
   # once: a loop-invariant op XLA moved out of the loop keeps its name).
   steps = [
       op
       for op in result['ops']
       if op['where'] == f'{mode}_search' and op['what'].startswith('decoder.')
   ]
-  length = result['source_length']
+  length = result['longest_source']
+  assert length <= result['source_length']
   assert steps and all(op['calls_per_step'] in (1, length) for op in steps)
   products = [op for op in steps if op['matrix_product']]
   assert products and all(op['calls_per_step'] == length for op in products)
