@@ -8,7 +8,9 @@ those products takes at the rates this compiler and core give those shapes;
 decoding runs them and more (the softmax or argmax, the LSTM's gates'
 elementwise work, the search's bookkeeping), so its measured time over the
 floor is the share of the products' limit it reaches. `bench decode` reports
-both per sentence (`product_floor`).
+both per sentence (`product_floor`). The products are the global batch's,
+timed on one device: with a batch split over N devices each runs 1/N of
+them, and the floor is N times too high.
 """
 
 import math
