@@ -42,6 +42,61 @@ def coverage_penalty(attention_sums, lengths, beta):
   return beta * jnp.sum(jnp.where(inside, jnp.log(capped), 0.0), -1)
 
 
+def best_candidates(live_logp, log_probs, n: int):
+  """The n best extensions of K hypotheses: live_logp[b, k] + log_probs[b, k, v].
+
+  live_logp [B, K], log_probs [B, K, V] -> (scores, beams, tokens), each
+  [B, n], best first: the same as one top_k over the K x V candidates
+  flattened (ties go to the lower beam, then the lower token).
+
+  One top_k over the K x V candidates sorts K x V values. Here a token's
+  best candidate over the K hypotheses ranks the token: the n best of the
+  K x V candidates lie in the n best-ranked tokens (each lies in a token
+  whose best is at least as good, and a token's best is one of the
+  candidates), so top_k runs over V token bests, then over those n tokens'
+  K x n candidates. Tokens rank as their best candidates do in the flat
+  order: by score, then by flat index k * V + v of the best (the first
+  hypothesis reaching it), which decides among tokens tied at the n-th
+  score (untrained models tie often; -inf ties at every step past a limit).
+  """
+  batch, k, vocab = log_probs.shape
+  if vocab <= n:
+    scores, index = jax.lax.top_k(
+        (live_logp[..., None] + log_probs).reshape(batch, k * vocab), n
+    )
+    return scores, index // vocab, (index % vocab).astype(jnp.int32)
+  # Each token's best score and the first hypothesis reaching it: [B, V].
+  # Elementwise over K slices, so XLA makes it one vectorised pass.
+  token_best = live_logp[:, 0, None] + log_probs[:, 0]
+  best_beam = jnp.zeros(token_best.shape, jnp.int32)
+  for beam_index in range(1, k):
+    candidate = live_logp[:, beam_index, None] + log_probs[:, beam_index]
+    best_beam = jnp.where(candidate > token_best, beam_index, best_beam)
+    token_best = jnp.maximum(token_best, candidate)
+  # The n-th best token score. (The barrier keeps this read out of the
+  # top_k's slice: XLA:CPU sorts all V values for a top_k whose sort is read
+  # other than by one slice from 0.)
+  nth = jax.lax.optimization_barrier(jax.lax.top_k(token_best, n)[0])
+  nth = nth[:, n - 1 :]  # [B, 1]
+  # Above the n-th score every token is taken; at it, the lowest flat indices
+  # of their best candidates (< K x V <= 2^24, exact in float32).
+  flat_index = best_beam * vocab + jnp.arange(vocab, dtype=jnp.int32)
+  rank = jnp.where(
+      token_best > nth,
+      float(k * vocab),
+      jnp.where(token_best == nth, -flat_index.astype(jnp.float32), -jnp.inf),
+  )
+  # The n tokens in id order, so that the positions of their K x n
+  # candidates order ties as the flat index does.
+  chosen = jnp.sort(jax.lax.top_k(rank, n)[1], axis=-1)  # [B, n]
+  picked = live_logp[..., None] + jnp.take_along_axis(
+      log_probs, chosen[:, None, :], axis=2
+  )  # [B, K, n]
+  scores, index = jax.lax.top_k(picked.reshape(batch, k * n), n)
+  tokens = jnp.take_along_axis(chosen, index % n, axis=1)
+  return scores, index // n, tokens.astype(jnp.int32)
+
+
 class BeamState(NamedTuple):
   i: jax.Array  # scalar step
   tokens: jax.Array  # [B, K] last token of each live hypothesis
@@ -146,18 +201,8 @@ def beam_search(
     vocab = log_probs.shape[-1]
     # [B*K, V]
     log_probs = loop.restrict(log_probs, s.i, flat_limits)
-    candidates = s.live_logp[..., None] + log_probs.reshape(batch, k, vocab)
-    # [B, 2K]. What this costs at V = 16k on CPU (19% of a step) is the pass
-    # that writes the K x V candidates for top_k, not top_k's scan: top_k
-    # over the 2K blocks with the largest maxima (exact, 40x fewer values
-    # scanned) cut the scan to 1% but the same pass fed the maxima, and the
-    # step took as long; so did each hypothesis's 2K best, then the best of
-    # K x 2K.
-    top_logp, top_index = jax.lax.top_k(
-        candidates.reshape(batch, k * vocab), 2 * k
-    )
-    top_beam, top_token = top_index // vocab, (top_index % vocab).astype(
-        jnp.int32
+    top_logp, top_beam, top_token = best_candidates(
+        s.live_logp, log_probs.reshape(batch, k, vocab), 2 * k
     )
     # [B, 2K, T]
     top_seqs = gather(s.live_seqs, top_beam).at[:, :, s.i].set(top_token)

@@ -194,6 +194,53 @@ def test_decoding_does_not_depend_on_batch_size(k):
     assert _strip(a) == _strip(b)
 
 
+def _flat_best(live_logp, log_probs, n):
+  """NumPy: the n best of live_logp[b, k] + log_probs[b, k, v], ties to the lower flat index."""
+  batch, k, vocab = log_probs.shape
+  flat = (live_logp[..., None] + log_probs).reshape(batch, k * vocab)
+  order = np.stack(
+      [np.lexsort((np.arange(k * vocab), -row))[:n] for row in flat]
+  )
+  return np.take_along_axis(flat, order, 1), order // vocab, order % vocab
+
+
+@pytest.mark.parametrize(
+    'case', ['random', 'ties', 'same_beam_ties', 'dead_beams', 'last_step']
+)
+def test_best_candidates_equal_one_top_k_over_every_candidate(case):
+  """The two-stage selection returns the flat top_k's scores, beams and tokens,
+  ties and -inf included."""
+  rng = np.random.default_rng(0)
+  batch, k, vocab, n = 5, 4, 40, 8
+  log_probs = rng.normal(size=(batch, k, vocab)).astype(np.float32)
+  live_logp = np.sort(rng.normal(size=(batch, k)), -1)[:, ::-1]
+  live_logp = live_logp.astype(np.float32)
+  if case == 'ties':  # few values: ties inside, across and at the n-th place
+    log_probs = np.round(log_probs).astype(np.float32)
+    live_logp = np.round(live_logp).astype(np.float32)
+  elif case == 'same_beam_ties':
+    # Tokens 3 and 7 tie in beam 0, token 7 ranks first by beam 1's score,
+    # and the flat top_k puts (0, 3) before (0, 7).
+    log_probs -= 10.0
+    live_logp[:] = 0.0
+    log_probs[:, 0, [3, 7]] = -1.0
+    log_probs[:, 1, 7] = -0.5
+  elif case == 'dead_beams':  # the first step: one live hypothesis
+    live_logp[:, 1:] = -np.inf
+    log_probs[:, :, :2] = -np.inf  # PAD and BOS
+  elif case == 'last_step':  # only EOS allowed, or nothing at all (row 0)
+    log_probs[:, :, :EOS] = -np.inf
+    log_probs[:, :, EOS + 1 :] = -np.inf
+    log_probs[0] = -np.inf
+    live_logp[1, 2:] = -np.inf
+  got = jax.jit(beam.best_candidates, static_argnums=2)(
+      jnp.asarray(live_logp), jnp.asarray(log_probs), n
+  )
+  want = _flat_best(live_logp, log_probs, n)
+  for g, w in zip(got, want):
+    np.testing.assert_array_equal(np.asarray(g), w)
+
+
 def test_beam_search_is_exact_when_the_beam_holds_every_prefix():
   """With K >= the number of live prefixes, beam search finds the best hypothesis."""
   _, model, params = _setup()
