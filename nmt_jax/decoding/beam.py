@@ -60,7 +60,9 @@ def best_candidates(live_logp, log_probs, n: int):
   score (untrained models tie often; -inf ties at every step past a limit).
   """
   batch, k, vocab = log_probs.shape
-  if vocab <= n:
+  # The flat top_k where the token ranking below cannot run: too few tokens,
+  # or flat indices past float32's exact integers (2^24).
+  if vocab <= n or k * vocab > 2**24:
     scores, index = jax.lax.top_k(
         (live_logp[..., None] + log_probs).reshape(batch, k * vocab), n
     )
@@ -79,7 +81,7 @@ def best_candidates(live_logp, log_probs, n: int):
   nth = jax.lax.optimization_barrier(jax.lax.top_k(token_best, n)[0])
   nth = nth[:, n - 1 :]  # [B, 1]
   # Above the n-th score every token is taken; at it, the lowest flat indices
-  # of their best candidates (< K x V <= 2^24, exact in float32).
+  # of their best candidates (exact in float32: K x V <= 2^24).
   flat_index = best_beam * vocab + jnp.arange(vocab, dtype=jnp.int32)
   rank = jnp.where(
       token_best > nth,
