@@ -201,7 +201,7 @@ if part data; then
     dir=$DATA/$corpus
     if [[ -n "$DRY_RUN" || ! -f "$dir/manifest.json" ]]; then
       if [[ $corpus == gettext ]]; then
-        step "data_${corpus}_corpus" "$PYTHON" -m benchmarks.gettext_corpus \
+        step "data_${corpus}_corpus" "$PYTHON" -m experiments.corpora.gettext_catalogues \
           --output="$DATA/gettext_text" --lang=de
         step "data_${corpus}_pieces" "$PYTHON" -m benchmarks.real_vocab pieces \
           --corpus="$DATA/gettext_text/corpus" --source_lang=en --target_lang=de \

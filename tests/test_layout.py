@@ -134,21 +134,43 @@ def test_imports_flow_down_between_wings():
   assert not upward
 
 
-def test_the_package_never_imports_the_benchmarks():
+def _root_imports(folder):
+  """'path:line name' of every import in the .py files under `folder`."""
   found = []
-  for path in module_files():
+  for path in glob.glob(
+      os.path.join(ROOT, folder, '**', '*.py'), recursive=True
+  ):
     for node in ast.walk(parse(path)):
       names = []
       if isinstance(node, ast.Import):
         names = [a.name for a in node.names]
-      elif isinstance(node, ast.ImportFrom):
+      elif isinstance(node, ast.ImportFrom) and not node.level:
         names = [node.module or '']
       found += [
-          f'{os.path.relpath(path, ROOT)}:{node.lineno} {name}'
-          for name in names
-          if name.split('.')[0] == 'benchmarks'
+          f'{os.path.relpath(path, ROOT)}:{node.lineno} {n}' for n in names
       ]
+  return found
+
+
+# Root folders and the root folders they must never import: the package is
+# installed without the other two; a benchmark measures speed and does not
+# depend on a research experiment (experiments may call benchmarks' helpers).
+FORBIDDEN_IMPORTS = {
+    'nmt_jax': ('benchmarks', 'experiments', 'tests'),
+    'benchmarks': ('experiments', 'tests'),
+    'experiments': ('tests',),
+}
+
+
+@pytest.mark.parametrize('folder', sorted(FORBIDDEN_IMPORTS))
+def test_root_folders_import_only_what_they_may(folder):
+  found = [
+      line
+      for line in _root_imports(folder)
+      if line.split(' ')[-1].split('.')[0] in FORBIDDEN_IMPORTS[folder]
+  ]
   assert not found
+  assert _root_imports(folder)  # the folder was read
 
 
 def test_no_two_modules_share_a_name():

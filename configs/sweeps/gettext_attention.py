@@ -8,16 +8,16 @@ validation cross-entropy stops improving (every 1,000 steps of 64 sentences;
 the learning rate halves at each validation without a gain, training stops
 after three in a row, at most 30,000 steps) and is evaluated on the whole test
 split with beam 5, no length penalty, BLEU and chrF on detokenized text. The
-model is the one of benchmarks/real_corpus_parity.py: a 1-layer bidirectional
+model is the one of experiments/peer_parity/parity.py: a 1-layer bidirectional
 encoder (128 units per direction) copied into a 1-layer decoder of 256,
 embeddings 256, dropout 0.2, Adam 1e-3, clipping 5.
 
 The argument is the folder `real_corpus_parity prepare` wrote (its
-pieces.{train,dev,test}.{en,de}). `bash benchmarks/gettext_attention.sh ROOT`
+pieces.{train,dev,test}.{en,de}). `bash experiments/gettext_attention/run.sh ROOT`
 runs all of the below; by hand:
 
-  python -m benchmarks.gettext_corpus --output=/tmp/gt_corpus --lang=de
-  python -m benchmarks.real_corpus_parity prepare --corpus=/tmp/gt_corpus/corpus \
+  python -m experiments.corpora.gettext_catalogues --output=/tmp/gt_corpus --lang=de
+  python -m experiments.peer_parity.parity prepare --corpus=/tmp/gt_corpus/corpus \
       --work=/tmp/parity
   python -m nmt_jax.sweep run --sweep=configs/sweeps/gettext_attention.py:/tmp/parity/data \
       --root=runs/gettext --shard=0/2      # and --shard=1/2 on the other core

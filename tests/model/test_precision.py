@@ -5,7 +5,7 @@ to the float32 model's; gradients, parameters and optimizer state stay
 float32; greedy and beam search run; and a model trained in bfloat16 is
 stored in float32 and evaluates in float32. That a copy model trained in
 bfloat16 reaches the float32 model's BLEU is a benchmark
-(python -m benchmarks.bfloat16_bleu).
+(python -m experiments.bfloat16_quality.bfloat16_bleu).
 """
 
 import functools
@@ -120,7 +120,7 @@ def test_bfloat16_training_stores_float32_and_evaluates_in_float32(tmp_path):
   """A few bfloat16 training steps, as a user runs them.
 
   That bfloat16 training reaches the float32 model's BLEU (a copy task, 1,000
-  steps) is a benchmark: python -m benchmarks.bfloat16_bleu.
+  steps) is a benchmark: python -m experiments.bfloat16_quality.bfloat16_bleu.
   """
   config = defaults.get_config('tiny')
   config.model.dtype = 'bfloat16'
