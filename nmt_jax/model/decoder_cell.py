@@ -11,11 +11,29 @@ apart, so each layer has an input kernel [in, 4H] and a recurrent kernel
 with the per-step inputs' product.
 """
 
+from typing import Dict
+
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
+from nmt_jax.model import hoisting
 from nmt_jax.model import lstm
+
+
+# Layer i's kernels: one stacked [in + H, 4H], or with layer normalisation an
+# input [in, 4H] and a recurrent [H, 4H] one. These are the parameter names,
+# and so the hoisted kernels' keys.
+def kernel(layer: int) -> str:
+  return f'kernel_{layer}'
+
+
+def input_kernel(layer: int) -> str:
+  return f'input_kernel_{layer}'
+
+
+def recurrent_kernel(layer: int) -> str:
+  return f'recurrent_kernel_{layer}'
 
 
 def stacked_kernel_init(num_input_rows):
@@ -48,8 +66,8 @@ class StackedLSTMCell(nn.Module):
 
   Layer 0 receives its embedding gates precomputed (`x_gates`, hoisted out of
   the time loop) and the per-step inputs `extra` (input feeding, context).
-  With `probes` (see nmt_jax/model/hoisting.py) the kernels' gradients are left to the
-  caller.
+  The kernels with a probe in `probes` (nmt_jax/model/hoisting.py) leave their
+  gradients to the loop's caller.
   """
 
   features: int
@@ -62,20 +80,22 @@ class StackedLSTMCell(nn.Module):
   residual: int = 0  # model.residual: first layer adding its input
 
   @nn.compact
-  def __call__(self, carries, x_gates, extra, keep=None, probes=None):
-    """One step of the stack -> new carries, output [B, H], kernels' inputs.
+  def __call__(
+      self, carries, x_gates, extra, keep=None, probes=hoisting.NO_PROBES
+  ):
+    """One step of the stack -> new carries, output [B, H].
 
     carries: per layer (c, h) [B, H]; x_gates [B, 4H]; extra: list of [B, *];
     keep: None (no dropout) or this step's dropout keep masks [B, H]: of the
     inputs of layers 1.. ('layer_1', ...) and of each layer's h before its
-    recurrent kernel ('recurrent_0', ...); probes: None or {kernel name:
-    [B, 4H]}. The output is the top layer's h (plus its input with a
-    residual connection). The kernels' inputs are {kernel name: [B, in]},
-    those of the probed kernels.
+    recurrent kernel ('recurrent_0', ...); probes: the step's
+    `hoisting.Probes` ([B, 4H] each). The output is the top layer's h (plus
+    its input with a residual connection).
     """
     h_size = self.features
     mask = lambda name: None if keep is None else keep.get(name)
-    new, records = [], {}
+    probes = probes.scope(self.name)
+    new = []
     output = None
     for layer in range(self.num_layers):
       carry = carries[layer]
@@ -88,11 +108,9 @@ class StackedLSTMCell(nn.Module):
         inputs = [lstm.dropout(output, mask(f'layer_{layer}'), self.dropout)]
 
       def project(name, x, init):
-        kernel = self.param(name, init, (x.shape[-1], 4 * h_size))
-        probe = None if probes is None else probes.get(name)
-        if probe is not None:
-          records[name] = x
-        return lstm.project(x, kernel, self.explicit_weight_grads, probe)
+        w = self.param(name, init, (x.shape[-1], 4 * h_size))
+        probe = probes.take(name, x)
+        return lstm.project(x, w, self.explicit_weight_grads, probe)
 
       if self.layer_norm:
         gates = self._normed_gates(layer, inputs, h, x_gates, project)
@@ -105,7 +123,7 @@ class StackedLSTMCell(nn.Module):
         # [B, in + H]
         stacked = jnp.concatenate(inputs + [h], axis=-1)
         gates = project(
-            f'kernel_{layer}',
+            kernel(layer),
             stacked,
             stacked_kernel_init(stacked.shape[-1] - h_size),
         )
@@ -115,7 +133,22 @@ class StackedLSTMCell(nn.Module):
       output = new[-1][1]
       if layer and self.residual and layer >= self.residual:
         output = output + inputs[0]
-    return tuple(new), output, records
+    return tuple(new), output
+
+  def kernel_widths(self, has_inputs: bool) -> Dict[str, int]:
+    """The stack's kernels (each used once per step) -> output width 4H.
+
+    has_inputs: whether layer 0 has per-step inputs (`extra` not empty).
+    """
+    names = []
+    for layer in range(self.num_layers):
+      if not self.layer_norm:
+        names.append(kernel(layer))
+        continue
+      names.append(recurrent_kernel(layer))
+      if layer or has_inputs:  # layer 0's input product: of `extra` alone
+        names.append(input_kernel(layer))
+    return {name: 4 * self.features for name in names}
 
   def _bias(self, layer):
     return self.param(
@@ -131,13 +164,11 @@ class StackedLSTMCell(nn.Module):
     x_part = x_gates if layer == 0 else 0.0
     if inputs:
       x_part = x_part + project(
-          f'input_kernel_{layer}',
+          input_kernel(layer),
           jnp.concatenate(inputs, axis=-1),
           nn.initializers.lecun_normal(),
       )
-    h_part = project(
-        f'recurrent_kernel_{layer}', h, nn.initializers.orthogonal()
-    )
+    h_part = project(recurrent_kernel(layer), h, nn.initializers.orthogonal())
     norm = lambda name: lstm.norm_params(self, f'{name}_norm_{layer}', width)
     return (
         lstm.layer_norm(x_part, norm('input'))

@@ -15,8 +15,11 @@ exactly dz_t, which the backward loop writes out as one stacked [T, B, out]
 array instead of folding it into the kernel. The loop returns every x_t (its
 `records`), and the custom VJP adds X^T DZ to the kernel's gradient after
 the loop. Values and gradients equal plain autodiff's up to float rounding
-(tests/test_hoisting.py). The decoding loops never see probes: without a
-gradient the plain loop runs.
+(tests/model/test_hoisting.py). The decoding loops never see probes: without
+a gradient the plain loop runs.
+
+`Probes` carries one step's probes to the kernels and their inputs back to
+the loop, so the step's equations only pass it on.
 """
 
 from typing import Callable, Dict, Optional
@@ -27,24 +30,74 @@ import jax.numpy as jnp
 
 from nmt_jax.model import lstm
 
+# A probe's key is its kernel's parameter path under the looped module, in
+# flax.traverse_util.flatten_dict's spelling: 'cell/kernel_0'.
+SEPARATOR = '/'
+
+
+def key(*path: str) -> str:
+  """A parameter path's probe key: ('cell', 'kernel_0') -> 'cell/kernel_0'."""
+  return SEPARATOR.join(path)
+
+
+class Probes:
+  """One step's probes of the hoisted kernels, and the inputs they record.
+
+  The loop body builds it from its step's probes ({key: [B, out]}, or None:
+  nothing hoisted) and returns `records`. A module owning hoisted kernels
+  looks them up in its own view, `probes.scope(self.name)`, so the keys are
+  the kernels' parameter paths by construction; `take` gives a kernel its
+  probe and keeps its input.
+  """
+
+  def __init__(self, probes=None, _prefix='', _records=None):
+    self._probes = probes or {}
+    self._prefix = _prefix
+    # {key: x [B, in]}: the inputs of the kernels whose probes were taken.
+    self.records = {} if _records is None else _records
+
+  def scope(self, name: Optional[str]) -> 'Probes':
+    """The view of submodule `name` (None: a top-level module, no prefix)."""
+    if name is None:
+      return self
+    return Probes(self._probes, self._prefix + name + SEPARATOR, self.records)
+
+  def take(self, name: str, x):
+    """Kernel `name`'s probe [B, out], or None; records x [B, in] if probed."""
+    path = self._prefix + name
+    probe = self._probes.get(path)
+    if probe is not None:
+      self.records[path] = x
+    return probe
+
+
+# No probes: every kernel's gradient by autodiff (decoding, or not hoisted).
+# Never records, so one instance serves every call.
+NO_PROBES = Probes()
+
 
 class Projection(nn.Module):
   """A dense layer (lecun_normal kernel) by `lstm.project`.
 
   nn.Dense's parameters (kernel, and bias with `bias_init`), but its kernel
-  gradient is `lstm.weight_grad`'s, or hoisted with a probe.
+  gradient is `lstm.weight_grad`'s, or hoisted when `probes` has one for it.
   """
+
+  KERNEL = 'kernel'  # as nn.Dense's
 
   features: int
   explicit_weight_grads: bool = True
   bias_init: Optional[Callable] = None  # None: no bias
 
   @nn.compact
-  def __call__(self, x, probe=None):
+  def __call__(self, x, probes: Probes = NO_PROBES):
     """x [..., in] -> [..., features]."""
     kernel = self.param(
-        'kernel', nn.initializers.lecun_normal(), (x.shape[-1], self.features)
+        self.KERNEL,
+        nn.initializers.lecun_normal(),
+        (x.shape[-1], self.features),
     )
+    probe = probes.scope(self.name).take(self.KERNEL, x)
     x, kernel = nn.dtypes.promote_dtype(x, kernel)  # as nn.Dense
     y = lstm.project(x, kernel, self.explicit_weight_grads, probe)
     if self.bias_init is None:
@@ -61,8 +114,9 @@ def hoisted_weight_grads(
   Args:
     loop: (module, *args, probes) -> (outputs, records). `probes` is None
       (plain autodiff) or a dict of [T, B, out] zeros keyed by the kernel's
-      parameter path under the module ('cell/kernel_0'); `records` then has
-      the same keys, each the stacked inputs x [T, B, in] of that kernel.
+      parameter path under the module (`key`: 'cell/kernel_0'); `records`
+      then has the same keys, each the stacked inputs x [T, B, in] of that
+      kernel (each step's `Probes.records`).
     probe_shapes: key -> [T, B, out].
     dtype: the probes' dtype (the compute dtype).
     explicit: the final GEMM by `lstm.weight_grad(..., explicit)`.
@@ -82,13 +136,15 @@ def hoisted_weight_grads(
   def backward(residuals, d_outputs):
     vjp_fn, records = residuals
     params_t, *args_t, d_probes = vjp_fn(d_outputs)
-    grads = traverse_util.flatten_dict(params_t['params'], sep='/')
+    grads = traverse_util.flatten_dict(params_t['params'], sep=SEPARATOR)
     for key, x in records.items():
       dz = d_probes[key]
       grads[key] = grads[key] + lstm.weight_grad(
           x.reshape(-1, x.shape[-1]), dz.reshape(-1, dz.shape[-1]), explicit
       ).astype(grads[key].dtype)
-    params_t = dict(params_t, params=traverse_util.unflatten_dict(grads, '/'))
+    params_t = dict(
+        params_t, params=traverse_util.unflatten_dict(grads, SEPARATOR)
+    )
     return (params_t, *args_t)
 
   return nn.custom_vjp(plain, forward, backward)

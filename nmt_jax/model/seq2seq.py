@@ -1,16 +1,16 @@
 """LSTM encoder-decoder with one attention kind of `nmt_jax.attention`.
 
-Encoder (nmt_jax/model/encoder.py): embeddings, a stack of LSTM layers (the bottom
-one, or all, bidirectional), dropout between layers; its top-layer states
-hbar_s are the memory the attention kinds read. Decoder: embeddings, a stack
-of LSTM layers (nmt_jax/model/decoder_cell.py) initialised from the encoder
-(bridge), optional input feeding of htilde_{t-1}, a readout htilde_t, an
-optional extra hidden layer, and p(y_t) = softmax(W_s htilde_t). The query
+Encoder (nmt_jax/model/encoder.py): embeddings, a stack of LSTM layers (the
+bottom one, or all, bidirectional), dropout between layers; its top-layer
+states hbar_s are the memory the attention kinds read. Decoder: embeddings, a
+stack of LSTM layers (nmt_jax/model/decoder_cell.py) initialised from the
+encoder (bridge), optional input feeding of htilde_{t-1}, a readout htilde_t,
+an optional extra hidden layer, and p(y_t) = softmax(W_s htilde_t). The query
 is h_t (Luong, model.query='current') or h_{t-1} (Bahdanau, 'previous': the
-context then also feeds the LSTM input). The readout (model.readout) is Luong's
-attentional state htilde_t = tanh(W_c [c_t; h_t]) ('luong') or Bahdanau's
-deep output ('bahdanau_maxout'): htilde_t = maxout_2(U_o q_t + V_o E y_{t-1}
-+ C_o c_t), q_t the query state (Bahdanau: s_{t-1}). Both have
+context then also feeds the LSTM input). The readout (model.readout) is
+Luong's attentional state htilde_t = tanh(W_c [c_t; h_t]) ('luong') or
+Bahdanau's deep output ('bahdanau_maxout'): htilde_t = maxout_2(U_o q_t +
+V_o E y_{t-1} + C_o c_t), q_t the query state (Bahdanau: s_{t-1}). Both have
 model.readout_size units (0 = hidden_size).
 
 One `Decoder.step` serves teacher forcing (scanned over the target by
@@ -154,15 +154,14 @@ class Decoder(nn.Module):
       train=False,
       with_weights=False,
       keep=None,
-      probes=None,
+      probes=hoisting.NO_PROBES,
   ):
     """One target step.
 
     emb [B, E], words: its `token_features` ([B, ...] each) -> state,
-    htilde [B, R], diagnostics, and
-    with `probes` (keyed as `hoisted_widths`, each [B, out]) the inputs of
-    those kernels (else {}). `keep`: this step's dropout masks (see
-    `dropout_masks`; None: no dropout).
+    htilde [B, R], diagnostics. `keep`: this step's dropout masks (see
+    `dropout_masks`; None: no dropout). `probes`: the loop's
+    `hoisting.Probes` of this step (the kernels of `hoisted_widths`).
     """
     cfg = self.config
     prev_h = state.lstm[-1][1]
@@ -183,34 +182,23 @@ class Decoder(nn.Module):
       extra.append(context)
     if cfg.input_feeding and self.attention.HAS_CONTEXT:
       extra.append(state.feed)
-    cell_probes = probes and {
-        k[len('cell/') :]: v for k, v in probes.items() if k.startswith('cell/')
-    }
     # h: the top layer's output (its h_t, plus its input with a residual
     # connection); the 'previous' query above reads the top layer's state.
-    carries, h, cell_inputs = self.cell(
-        state.lstm, words['gates'], extra, keep, cell_probes
-    )
+    carries, h = self.cell(state.lstm, words['gates'], extra, keep, probes)
     if cfg.query == 'current':
       # Luong: attend from h_t.
       query = h
       context, attention_state, diagnostics = self.attention(
           h, cache, attention_state, step_inputs, with_weights, train
       )
-    combine_probe = probes and probes.get('combine/kernel')
-    htilde = self.readout(context, h, query, words, combine_probe)
+    htilde = self.readout(context, h, query, words, probes)
     htilde = lstm.dropout(
         htilde, None if keep is None else keep.get('htilde'), cfg.dropout
     )
     state = DecoderState(
         lstm=carries, feed=htilde, attention=attention_state, t=state.t + 1
     )
-    records = {}
-    if probes:
-      records = {f'cell/{k}': x for k, x in cell_inputs.items()}
-      if combine_probe is not None:
-        records['combine/kernel'] = jnp.concatenate([context, h], axis=-1)
-    return state, htilde, diagnostics, records
+    return state, htilde, diagnostics
 
   def readout_width(self) -> int:
     """Units of htilde_t."""
@@ -222,28 +210,28 @@ class Decoder(nn.Module):
   def hoisted_widths(self):
     """Kernels used once per step whose gradients can be hoisted -> out width.
 
-    The LSTM stack's and W_c's (see hoisting.py).
+    The LSTM stack's and W_c's, keyed by parameter path (see hoisting.py).
     """
     cfg = self.config
-    h4 = 4 * cfg.hidden_size
-    layers = range(cfg.num_decoder_layers)
-    if cfg.layer_norm:  # apart (decoder_cell.py); layer 0's with step inputs
-      widths = {f'cell/recurrent_kernel_{i}': h4 for i in layers}
-      widths.update({f'cell/input_kernel_{i}': h4 for i in layers if i})
-      if cfg.query == 'previous' or (
-          cfg.input_feeding and self.attention.HAS_CONTEXT
-      ):
-        widths['cell/input_kernel_0'] = h4
-    else:
-      widths = {f'cell/kernel_{i}': h4 for i in layers}
+    # Layer 0's per-step inputs, as `step` gathers them.
+    has_inputs = cfg.query == 'previous' or (
+        cfg.input_feeding and self.attention.HAS_CONTEXT
+    )
+    widths = {
+        hoisting.key(self.cell.name, name): width
+        for name, width in self.cell.kernel_widths(has_inputs).items()
+    }
     if cfg.readout == 'luong' and self.attention.HAS_CONTEXT:
-      widths['combine/kernel'] = self.readout_width()
+      widths[hoisting.key(self.combine.name, self.combine.KERNEL)] = (
+          self.readout_width()
+      )
     return widths
 
-  def readout(self, context, h, query, words, combine_probe=None):
+  def readout(self, context, h, query, words, probes=hoisting.NO_PROBES):
     """htilde_t [B, readout_width] from c_t, h_t, the query state, E y_{t-1}.
 
-    words: the step's `token_features` ('readout': V_o E y_{t-1}).
+    words: the step's `token_features` ('readout': V_o E y_{t-1}); probes:
+    the step's `hoisting.Probes` (W_c's).
 
     'luong': tanh(W_c [c_t; h_t]) (h_t for a kind without context);
     'bahdanau_maxout': max over unit pairs of U_o query + V_o emb + C_o c_t.
@@ -255,12 +243,10 @@ class Decoder(nn.Module):
       return pre.reshape(pre.shape[:-1] + (-1, 2)).max(-1)
     if not self.attention.HAS_CONTEXT:
       return h
-    return jnp.tanh(
-        self.combine(jnp.concatenate([context, h], axis=-1), combine_probe)
-    )
+    return jnp.tanh(self.combine(jnp.concatenate([context, h], -1), probes))
 
   def logits(self, htilde):
-    """htilde [..., R] -> float32 logits [..., V] (softmax and loss in float32)."""
+    """htilde [..., R] -> float32 logits [..., V] (softmax, loss in float32)."""
     if self.config.output_hidden_size:
       htilde = jnp.tanh(self.output_hidden(htilde))
     if self.config.tie_embeddings:
@@ -344,10 +330,11 @@ class Decoder(nn.Module):
 
     def body(mdl, carry, xs):
       emb_t, words_t, keep_t, probes_t = xs
-      carry, htilde, diagnostics, records = mdl.step(
-          carry, cache, emb_t, words_t, train, with_weights, keep_t, probes_t
+      probes = hoisting.Probes(probes_t)
+      carry, htilde, diagnostics = mdl.step(
+          carry, cache, emb_t, words_t, train, with_weights, keep_t, probes
       )
-      return carry, (htilde, diagnostics, records)
+      return carry, (htilde, diagnostics, probes.records)
 
     scan = nn.scan(
         body,
@@ -419,7 +406,7 @@ class Decoder(nn.Module):
       words = self.token_features(emb)
     else:
       words = {k: jnp.take(v, tokens, axis=0) for k, v in table.items()}
-    state, htilde, diagnostics, _ = self.step(
+    state, htilde, diagnostics = self.step(
         state, cache, emb, words, with_weights=with_weights
     )
     return state, self.logits(htilde), diagnostics

@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from nmt_jax import attention
+from nmt_jax.model import hoisting
 from nmt_jax.model import lstm
 from tests import helpers
 from tests.helpers import MAXOUT
@@ -148,3 +149,17 @@ def test_project_gives_the_kernel_gradient_to_the_probe():
   np.testing.assert_allclose(dx, dy @ kernel.T, rtol=1e-6)
   np.testing.assert_array_equal(dkernel, 0)  # left to the caller
   np.testing.assert_array_equal(dprobe, dy)  # dz: the caller's x^T dz
+
+
+def test_probes_are_keyed_by_parameter_path_and_record_what_they_probe():
+  probe = jnp.zeros((2, 4))
+  probes = hoisting.Probes({hoisting.key('cell', 'kernel_0'): probe})
+  cell = probes.scope('cell')
+  x = jnp.ones((2, 3))
+  assert cell.take('kernel_0', x) is probe
+  assert cell.take('kernel_1', x) is None  # not hoisted: nothing recorded
+  assert probes.scope('combine').take('kernel', x) is None
+  assert probes.records == {'cell/kernel_0': x}
+  assert probes.scope(None) is probes  # a top-level module's own paths
+  assert hoisting.NO_PROBES.scope('cell').take('kernel_0', x) is None
+  assert hoisting.NO_PROBES.records == {}
