@@ -26,6 +26,7 @@ from nmt_jax.config import cli_flags
 from nmt_jax.system import errors
 from nmt_jax.system import parallel
 from nmt_jax.system import progress_bars
+from nmt_jax.system import workdir_files
 from nmt_jax.workdir import checkpoint
 from nmt_jax.workdir import folders
 from nmt_jax.workdir import library_logs
@@ -170,7 +171,11 @@ def average_checkpoints(
   # would be replaced or (metrics.jsonl) describe another model.
   held = [
       name
-      for name in ('config.json', 'vocab', 'metrics.jsonl')
+      for name in (
+          workdir_files.CONFIG,
+          workdir_files.VOCAB,
+          workdir_files.METRICS,
+      )
       if os.path.exists(os.path.join(output, name))
   ]
   if held:
@@ -201,7 +206,7 @@ def average_checkpoints(
   created = folders.prepare(output)
   try:
     with locks.locked(output):
-      for name in ('config.json', 'vocab'):
+      for name in (workdir_files.CONFIG, workdir_files.VOCAB):
         path = os.path.join(workdir, name)
         if os.path.isdir(path):
           shutil.copytree(path, os.path.join(output, name), dirs_exist_ok=True)

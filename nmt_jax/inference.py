@@ -19,6 +19,7 @@ from nmt_jax.decoding import evaluation
 from nmt_jax.decoding import outputs
 from nmt_jax.decoding import restore
 from nmt_jax.system import profiling
+from nmt_jax.system import workdir_files
 from nmt_jax.system.errors import ConfigError
 from nmt_jax.system.errors import UserError
 from nmt_jax.workdir import folders
@@ -119,7 +120,7 @@ def evaluate(
     )
   if len(paths) > 1 and (
       os.path.abspath(output) in {os.path.abspath(p) for p in paths}
-      or os.path.exists(os.path.join(output, 'config.json'))
+      or os.path.exists(os.path.join(output, workdir_files.CONFIG))
   ):
     raise ConfigError(
         f'--output={output} is a training workdir: the ensemble results would'
@@ -165,7 +166,7 @@ def _evaluate_locked(config, paths: Sequence[str], target: str):
   split = task.test_or_eval
   profile_dir = None
   if config.decode.profile:
-    profile_dir = profiling.profile_dir(target, 'profile_decode')
+    profile_dir = profiling.profile_dir(target, workdir_files.PROFILE_DECODE)
     profiling.check_folder(profile_dir, 'decode.profile')
   decoded, rows = _decode(config, evaluator, params, split, profile_dir)
   result = evaluator.metrics(params, split, decoded, config.decode.beam_size)
@@ -219,18 +220,18 @@ def _write_eval(
   paired tests between runs. `soft`: the soft alignments by name
   (decode.alignments='soft').
   """
-  writers.write_json(os.path.join(target, 'eval_results.json'), result)
+  writers.write_json(os.path.join(target, workdir_files.EVAL_RESULTS), result)
   writers.write_text(
-      os.path.join(target, 'eval_hypotheses.txt'),
+      os.path.join(target, workdir_files.EVAL_HYPOTHESES),
       ''.join(row[0][0] + '\n' for row in rows),
   )
   writers.write_text(
-      os.path.join(target, 'eval_references.txt'),
+      os.path.join(target, workdir_files.EVAL_REFERENCES),
       ''.join(reference + '\n' for reference in references),
   )
-  nbest = os.path.join(target, 'eval_nbest.txt')
-  alignments = os.path.join(target, 'eval_alignments.txt')
-  soft_alignments = os.path.join(target, 'eval_alignments.npz')
+  nbest = os.path.join(target, workdir_files.EVAL_NBEST)
+  alignments = os.path.join(target, workdir_files.EVAL_ALIGNMENTS)
+  soft_alignments = os.path.join(target, workdir_files.EVAL_SOFT_ALIGNMENTS)
   # An earlier evaluation's files would no longer match these hypotheses.
   for path, wanted in (
       (nbest, _nbest_size(config.decode)),

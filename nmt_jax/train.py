@@ -32,6 +32,7 @@ from nmt_jax.system import errors
 from nmt_jax.system import parallel
 from nmt_jax.system import profiling
 from nmt_jax.system import progress_bars
+from nmt_jax.system import workdir_files
 from nmt_jax.system.errors import Preempted
 from nmt_jax.training import plateau as plateau_lib
 from nmt_jax.training import preemption
@@ -215,10 +216,13 @@ def train_and_evaluate(
     run_config.check_identity(config, workdir, 'resuming its training')
   elif checkpoint.set_aside_steps(workdir):
     # Training from scratch would drop its records (metrics.jsonl).
+    corrupt = os.path.join(
+        workdir, workdir_files.CHECKPOINTS, workdir_files.CORRUPT
+    )
     raise errors.CheckpointError(
-        f'every checkpoint of {workdir} was set aside as damaged'
-        f' ({os.path.join(workdir, "checkpoints", "corrupt")}); train in a'
-        ' new --workdir, or delete that folder to train this one from scratch'
+        f'every checkpoint of {workdir} was set aside as damaged ({corrupt});'
+        ' train in a new --workdir, or delete that folder to train this one'
+        ' from scratch'
     )
   created = folders.prepare(workdir)
   try:
@@ -341,7 +345,9 @@ def _train_and_evaluate(
         preemption.Preemption(t.sigterm_grace_seconds)
     )
     profiler = stack.enter_context(
-        profiling.Profiler(profiling.profile_dir(workdir, 'profile'), t)
+        profiling.Profiler(
+            profiling.profile_dir(workdir, workdir_files.PROFILE), t
+        )
     )
     # A validation better than every saved one is saved whatever the step:
     # the best checkpoint is what eval, translate and early stopping use.

@@ -20,6 +20,7 @@ import numpy as np
 
 from nmt_jax import attention
 from nmt_jax.system import errors
+from nmt_jax.system import workdir_files
 from nmt_jax.workdir import writers
 
 # ----------------------------------------------------------------- workdirs
@@ -52,7 +53,7 @@ class RunRecord:
 
 def load_run(workdir: str) -> RunRecord:
   """Loads a workdir written by `nmt_jax.main` (config.json must exist)."""
-  path = os.path.join(workdir, 'config.json')
+  path = os.path.join(workdir, workdir_files.CONFIG)
   members = None if os.path.isfile(path) else _ensemble_members(workdir)
   if members:
     raise FileNotFoundError(
@@ -68,15 +69,15 @@ def load_run(workdir: str) -> RunRecord:
   with open(path, encoding='utf-8') as f:
     config = json.load(f)
   metrics = writers.read_metrics(workdir)
-  eval_results = _read_json(os.path.join(workdir, 'eval_results.json'))
-  tau = _read_json(os.path.join(workdir, 'tau_sweep.json'))
+  eval_results = _read_json(os.path.join(workdir, workdir_files.EVAL_RESULTS))
+  tau = _read_json(os.path.join(workdir, workdir_files.TAU_SWEEP))
   return RunRecord(workdir, config, metrics, eval_results, tau and tau['rows'])
 
 
 def _ensemble_members(folder: str):
   """The workdirs of the ensemble `folder` holds the evaluation of, if any."""
   try:
-    results = _read_json(os.path.join(folder, 'eval_results.json'))
+    results = _read_json(os.path.join(folder, workdir_files.EVAL_RESULTS))
   except ValueError:
     return None
   return results.get('ensemble') if isinstance(results, dict) else None
@@ -93,7 +94,7 @@ def find_workdirs(root: str) -> List[str]:
   """Directories under `root` (itself included) with a config.json, sorted."""
   found = []
   for directory, subdirs, files in os.walk(root):
-    if 'config.json' in files:
+    if workdir_files.CONFIG in files:
       found.append(directory)
       # a workdir's subdirectories (checkpoints, vocab) are not runs
       subdirs[:] = []

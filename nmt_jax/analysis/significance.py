@@ -15,6 +15,7 @@ from sacrebleu.significance import PairedTest
 from nmt_jax.analysis import runs as runs_lib
 from nmt_jax.decoding import metrics
 from nmt_jax.system import errors
+from nmt_jax.system import workdir_files
 
 
 def _read_lines(workdir: str, name: str) -> List[str]:
@@ -44,17 +45,17 @@ def paired_bleu(
   figures).
   """
   names = list(names or workdirs)
-  references = _read_lines(baseline, 'eval_references.txt')
-  systems = [('baseline', _read_lines(baseline, 'eval_hypotheses.txt'))]
+  references = _read_lines(baseline, workdir_files.EVAL_REFERENCES)
+  systems = [('baseline', _read_lines(baseline, workdir_files.EVAL_HYPOTHESES))]
   for name, workdir in zip(names, workdirs):
     if os.path.abspath(workdir) == os.path.abspath(baseline):
       continue
-    if _read_lines(workdir, 'eval_references.txt') != references:
+    if _read_lines(workdir, workdir_files.EVAL_REFERENCES) != references:
       raise errors.ConfigError(
           f'{workdir} was evaluated on other references than {baseline}:'
           ' compare runs evaluated on the same split'
       )
-    systems.append((name, _read_lines(workdir, 'eval_hypotheses.txt')))
+    systems.append((name, _read_lines(workdir, workdir_files.EVAL_HYPOTHESES)))
   test = PairedTest(
       systems,
       {'BLEU': metrics.bleu_metric(language)},
@@ -106,7 +107,7 @@ def table_against(
   evaluated = [
       w
       for w in workdirs
-      if os.path.isfile(os.path.join(w, 'eval_results.json'))
+      if os.path.isfile(os.path.join(w, workdir_files.EVAL_RESULTS))
   ]
   names = [os.path.relpath(w, root) if root else w for w in evaluated]
   found = [

@@ -28,6 +28,7 @@ from nmt_jax.config import cli_flags
 from nmt_jax.config import validation
 from nmt_jax.system import errors
 from nmt_jax.system import progress_bars
+from nmt_jax.system import workdir_files
 from nmt_jax.training import plateau
 from nmt_jax.workdir import locks
 from nmt_jax.workdir import run_config
@@ -229,7 +230,7 @@ def shard(runs: Sequence[Run], text: str) -> List[Run]:
 
 def _changed_fields(run: Run, workdir: str, root: str) -> List[str]:
   """The run's overrides whose values its workdir's config.json does not hold."""
-  with open(os.path.join(workdir, 'config.json'), encoding='utf-8') as f:
+  with open(os.path.join(workdir, workdir_files.CONFIG), encoding='utf-8') as f:
     stored = json.load(f)
   changed = []
   for field, value in run.overrides.items():
@@ -268,10 +269,12 @@ def training_finished(workdir: str) -> bool:
   eval_results.json alone does not say so: --mode=eval writes it for any
   checkpoint of a run that may still be training.
   """
-  directory = os.path.join(workdir, 'checkpoints')
+  directory = os.path.join(workdir, workdir_files.CHECKPOINTS)
   try:
     last = max(int(name) for name in os.listdir(directory) if name.isdigit())
-    evaluated = os.path.getmtime(os.path.join(workdir, 'eval_results.json'))
+    evaluated = os.path.getmtime(
+        os.path.join(workdir, workdir_files.EVAL_RESULTS)
+    )
     if evaluated < os.path.getmtime(os.path.join(directory, str(last))):
       return False
     train_config = run_config.load_config(workdir).train
@@ -387,7 +390,7 @@ def run_sweep(
         )
         continue
     if mode == 'eval' and not os.path.exists(
-        os.path.join(workdir, 'eval_results.json')
+        os.path.join(workdir, workdir_files.EVAL_RESULTS)
     ):
       logging.info(
           '[%d/%d] %s: not trained (and evaluated) yet, skipped',

@@ -16,6 +16,7 @@ from nmt_jax.decoding import evaluation
 from nmt_jax.decoding import restore
 from nmt_jax.model import seq2seq
 from nmt_jax.system import errors
+from nmt_jax.system import workdir_files
 from nmt_jax.workdir import writers
 
 # Shu & Nakayama's Figure 3 thresholds (inf = no pruning).
@@ -81,7 +82,7 @@ def tau_sweep(
         100 * row['avg_computed_fraction'],
         row['decode_ms_per_sentence'],
     )
-  path = os.path.join(workdir, 'tau_sweep.json')
+  path = os.path.join(workdir, workdir_files.TAU_SWEEP)
   earlier = runs_lib.load_run(workdir).tau_sweep or []
   done = {(float(row['tau']), beam_size) for row in rows}
   rows += [

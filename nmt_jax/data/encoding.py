@@ -24,9 +24,9 @@ import numpy as np
 from nmt_jax.data import dataset
 from nmt_jax.data import vocab as vocab_lib
 from nmt_jax.system import progress_bars
+from nmt_jax.system import workdir_files
 from nmt_jax.system.errors import DataError
 
-CACHE_DIR = 'data_cache'
 CACHE_SPLITS = ('train', 'eval', 'test')
 
 
@@ -348,10 +348,12 @@ def cached_task(
   a cache miss (reading and encoding WMT takes minutes, mapping the cache
   seconds).
   """
-  paths = vocab_files(data_config, os.path.join(workdir, 'vocab'))
+  paths = vocab_files(data_config, os.path.join(workdir, workdir_files.VOCAB))
   if all(os.path.exists(p) for p in paths.values()):
     directory = os.path.join(
-        workdir, CACHE_DIR, cache_key(data_config, paths, identity)
+        workdir,
+        workdir_files.DATA_CACHE,
+        cache_key(data_config, paths, identity),
     )
     vocabs = {
         side: vocab_lib.load_vocab(data_config.vocab.kind, path)
@@ -392,7 +394,11 @@ def cached_task(
   )
   save_cache(
       task,
-      os.path.join(workdir, CACHE_DIR, cache_key(data_config, paths, identity)),
+      os.path.join(
+          workdir,
+          workdir_files.DATA_CACHE,
+          cache_key(data_config, paths, identity),
+      ),
   )
   return task
 
@@ -403,7 +409,7 @@ def vocab_task(data_config, workdir: str) -> dataset.Task:
   What translating and scoring need: neither the corpus nor its encoded
   cache is read or written, so a workdir translates where its corpus is not.
   """
-  files = vocab_files(data_config, os.path.join(workdir, 'vocab'))
+  files = vocab_files(data_config, os.path.join(workdir, workdir_files.VOCAB))
   missing = [p for p in files.values() if not os.path.exists(p)]
   if missing:
     raise DataError(
@@ -429,7 +435,7 @@ def task_from_lines(
 
   The 'test' entry is optional.
   """
-  directory = os.path.join(workdir, 'vocab')
+  directory = os.path.join(workdir, workdir_files.VOCAB)
   files = vocab_files(data_config, directory)
   if not all(os.path.exists(p) for p in files.values()):
     if not build_missing:

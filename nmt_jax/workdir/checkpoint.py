@@ -26,6 +26,7 @@ import orbax.checkpoint as ocp
 
 from nmt_jax.data import dataset
 from nmt_jax.system import parallel
+from nmt_jax.system import workdir_files
 from nmt_jax.system.errors import CheckpointError
 from nmt_jax.workdir import integrity
 from nmt_jax.workdir import library_logs
@@ -64,7 +65,9 @@ class Checkpoints:
       create: bool = True,
       keep_every: int = 0,
   ):
-    self.directory = os.path.join(os.path.abspath(workdir), 'checkpoints')
+    self.directory = os.path.join(
+        os.path.abspath(workdir), workdir_files.CHECKPOINTS
+    )
     # Keep the newest `keep` (resume never goes back in time), the best by
     # BLEU and, with `keep_every`, every step that is a multiple of it.
     keeping = [
@@ -393,7 +396,7 @@ class Checkpoints:
 
   def _set_aside(self, step: int, reason: str):
     source = os.path.join(self.directory, str(step))
-    corrupt = os.path.join(self.directory, 'corrupt')
+    corrupt = os.path.join(self.directory, workdir_files.CORRUPT)
     target, n = os.path.join(corrupt, str(step)), 1
     while os.path.exists(target):
       target, n = os.path.join(corrupt, f'{step}-{n}'), n + 1
@@ -439,12 +442,14 @@ def abstract(tree):
 
 def set_aside_steps(workdir: str) -> List[str]:
   """The checkpoints first_good moved to checkpoints/corrupt/ as damaged."""
-  directory = os.path.join(workdir, 'checkpoints', 'corrupt')
+  directory = os.path.join(
+      workdir, workdir_files.CHECKPOINTS, workdir_files.CORRUPT
+  )
   return sorted(os.listdir(directory)) if os.path.isdir(directory) else []
 
 
 def has_checkpoints(workdir: str) -> bool:
-  directory = os.path.join(os.path.abspath(workdir), 'checkpoints')
+  directory = os.path.join(os.path.abspath(workdir), workdir_files.CHECKPOINTS)
   return os.path.isdir(directory) and any(
       name.isdigit() for name in os.listdir(directory)
   )
@@ -479,7 +484,7 @@ def check_vocab(meta: Dict, task: dataset.Task, where: str):
 
 
 def _check_init_from(workdir: str):
-  config_path = os.path.join(workdir, 'config.json')
+  config_path = os.path.join(workdir, workdir_files.CONFIG)
   if not os.path.exists(config_path) or not has_checkpoints(workdir):
     raise CheckpointError(
         f'train.init_from={workdir!r} has no config.json and checkpoints; '

@@ -11,6 +11,7 @@ import contextlib
 import os
 from typing import Optional
 
+from nmt_jax.system import workdir_files
 from nmt_jax.system.errors import CheckpointError
 
 
@@ -28,7 +29,7 @@ def prepare(workdir: str) -> Optional[str]:
   created, missing = None, os.path.abspath(workdir)
   while not os.path.exists(missing):
     created, missing = missing, os.path.dirname(missing)
-  checkpoints = os.path.join(workdir, 'checkpoints')
+  checkpoints = os.path.join(workdir, workdir_files.CHECKPOINTS)
   if os.path.exists(checkpoints) and not os.path.isdir(checkpoints):
     raise CheckpointError(
         f'{checkpoints} is a file, not a directory; move it away or use'
@@ -57,7 +58,7 @@ def remove_if_empty(workdir: str, created: Optional[str] = None):
   """
   directory = os.path.abspath(workdir)
   with contextlib.suppress(OSError):
-    os.rmdir(os.path.join(directory, 'checkpoints'))
+    os.rmdir(os.path.join(directory, workdir_files.CHECKPOINTS))
   top = os.path.abspath(created) if created else directory
   if os.path.commonpath([top, directory]) != top:
     return  # `created` is not above it: nothing of this run's to remove

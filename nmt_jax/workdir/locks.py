@@ -19,9 +19,10 @@ import jax
 from jax.experimental import multihost_utils
 import numpy as np
 
+from nmt_jax.system import workdir_files
 from nmt_jax.system.errors import CheckpointError
 
-LOCK_FILE = 'lock'
+LOCK_FILE = workdir_files.LOCK
 # A lock whose holder runs on another host is stale when its heartbeat (the
 # file's modification time, refreshed every HEARTBEAT_SECONDS) is older.
 STALE_SECONDS = 600

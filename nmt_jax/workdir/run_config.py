@@ -15,6 +15,7 @@ from absl import logging
 from nmt_jax import attention
 from nmt_jax import data
 from nmt_jax.config import defaults
+from nmt_jax.system import workdir_files
 from nmt_jax.system.errors import CheckpointError
 from nmt_jax.workdir import writers
 
@@ -102,9 +103,9 @@ def identity_fields(config) -> Dict[str, Any]:
 def check_identity(config, workdir: str, doing: str):
   """Raises CheckpointError if `config` describes another model than the
   workdir's config.json (a workdir without one passes)."""
-  if not os.path.exists(os.path.join(workdir, 'config.json')):
+  if not os.path.exists(os.path.join(workdir, workdir_files.CONFIG)):
     return
-  path = os.path.join(workdir, 'config.json')
+  path = os.path.join(workdir, workdir_files.CONFIG)
   try:
     stored = identity_fields(load_config(workdir))
   except OSError as e:  # load_config raises the rest as this line already
@@ -131,7 +132,7 @@ def write_config(workdir: str, config):
 
   Logs the fields that differ from the workdir's earlier run.
   """
-  path = os.path.join(workdir, 'config.json')
+  path = os.path.join(workdir, workdir_files.CONFIG)
   resolved = json.loads(config.to_json_best_effort())
   if os.path.exists(path):
     load_config(workdir)  # one that cannot be read is not replaced
@@ -168,7 +169,7 @@ def load_config(workdir: str):
   Fields added to nmt_jax since the run was made keep their defaults. Raises
   OSError when there is none, CheckpointError when it cannot be read.
   """
-  path = os.path.join(workdir, 'config.json')
+  path = os.path.join(workdir, workdir_files.CONFIG)
   config = defaults.get_config()
   try:
     _merge(config, _read_config_json(path))

@@ -20,6 +20,7 @@ import numpy as np
 import tensorboardX
 
 from nmt_jax.system import errors
+from nmt_jax.system import workdir_files
 
 
 def _jsonable(value):
@@ -43,7 +44,7 @@ class MetricWriter:
     self._tensorboard = None
     if not enabled:
       return
-    path = os.path.join(workdir, 'metrics.jsonl')
+    path = os.path.join(workdir, workdir_files.METRICS)
     with _one_line_errors(path):
       self._jsonl = open(path, 'a+b')
       # A killed run's half-written last line must not swallow the next one.
@@ -183,7 +184,7 @@ def read_metrics(workdir: str):
   run) is skipped; no file (a workdir of nmt_jax.average, or one whose file
   was removed) has no records.
   """
-  path = os.path.join(workdir, 'metrics.jsonl')
+  path = os.path.join(workdir, workdir_files.METRICS)
   records = []
   if not os.path.isfile(path):
     return records
@@ -205,7 +206,7 @@ def truncate_metrics(workdir: str, step: int):
   recorded again; their first records (and a half-written last line) go.
   The file is rewritten atomically.
   """
-  path = os.path.join(workdir, 'metrics.jsonl')
+  path = os.path.join(workdir, workdir_files.METRICS)
   if not os.path.isfile(path):
     return
   kept = [
