@@ -102,7 +102,13 @@ def evaluate(
   samples, and eval_nbest.txt lists the samples (all of them without
   decode.nbest, when there are several).
   """
-  config = validation.resolve(config)
+  return evaluate_resolved(validation.resolve(config), paths, output)
+
+
+def evaluate_resolved(
+    config, paths: Sequence[str], output: Optional[str] = None
+) -> Dict[str, Any]:
+  """`evaluate` of a config resolved already (training's, by its start)."""
   if (
       len(paths) == 1
       and output

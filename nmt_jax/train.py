@@ -447,7 +447,8 @@ def _train_and_evaluate(
     finally:
       if writer is not None:
         writer.close()
-  return inference.evaluate(config, [workdir]) if evaluate else None
+  # `config` is resolved: train_and_evaluate's start checked it.
+  return inference.evaluate_resolved(config, [workdir]) if evaluate else None
 
 
 def _log_batch(config, batches, mesh):
