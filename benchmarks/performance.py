@@ -14,9 +14,10 @@ A directory whose `bench` files say `platform: gpu` (or tpu) gets sections
 named after its device, with wall-clock rates first.
 
 The page's words are markdown templates in benchmarks/page/: performance.md
-(the page), machine.md (one directory's part, once per OUT) and
-no_accelerator.md (the page's end when every OUT is a CPU's). This module
-computes what their {{key}} placeholders show (see `fill`).
+(the page), summary.md (its first table, a column per OUT), machine.md (one
+directory's part, once per OUT) and no_accelerator.md (the page's end when
+every OUT is a CPU's). This module computes what their {{key}} placeholders
+show (see `fill`).
 """
 
 import argparse
@@ -35,8 +36,13 @@ from benchmarks import op_times
 from benchmarks import peer
 from benchmarks import train_speed
 
-PAGE = os.path.join(os.path.dirname(os.path.abspath(__file__)), 'page')
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+PAGE = os.path.join(ROOT, 'benchmarks', 'page')
 _KEY = re.compile(r'\{\{(.+?)\}\}')
+# Where fill() cuts a template into sections it may leave out whole.
+_SECTION = re.compile(r'\n\n(?=#{2,3} )')
+# A summary cell of a directory without the record.
+MISSING = '–'
 
 # Training rows of a toolkit table: (file prefix, figure). The files are
 # prefix + train_L{L}_t{threads}_r{r}.json and peer_ + the same.
@@ -84,12 +90,13 @@ def template(name: str) -> str:
 def fill(text: str, value: Callable[[str], Optional[str]]) -> str:
   """`text` with each {{key}} replaced by value(key).
 
-  A key whose value is None (not measured) leaves out its table row, or
-  outside a table its `## ` section; one whose value is '' (nothing to add)
-  leaves out its table row or paragraph.
+  A key whose value is None (not measured) leaves out its table row or list
+  item, or elsewhere its `## ` or `### ` section; one whose value is ''
+  (nothing to add) leaves out its table row, list item or paragraph. A table
+  all of whose placeholder rows are left out leaves out its section.
   """
   sections = []
-  for section in re.split(r'\n\n(?=## )', text.strip('\n')):
+  for section in _SECTION.split(text.strip('\n')):
     paragraphs = [_fill_lines(p, value) for p in section.split('\n\n')]
     if None not in paragraphs and any(paragraphs):
       sections.append('\n\n'.join(p for p in paragraphs if p))
@@ -98,16 +105,19 @@ def fill(text: str, value: Callable[[str], Optional[str]]) -> str:
 
 def _fill_lines(paragraph: str, value) -> Optional[str]:
   """A paragraph filled; '' to leave it out, None to leave out its section."""
-  lines = []
+  lines, dropped = [], 0
   for line in paragraph.split('\n'):
     values = {key: value(key) for key in _KEY.findall(line)}
     if not all(values.values()):
-      if line.startswith('|'):
+      if line.startswith(('|', '- ')):
+        dropped += 1
         continue
       return None if None in values.values() else ''
     for key, shown in values.items():
       line = line.replace('{{' + key + '}}', shown)
     lines.append(line)
+  if dropped and paragraph.startswith('|') and len(lines) <= 2:
+    return None  # a table (head and rule) with nothing measured
   return '\n'.join(lines)
 
 
@@ -164,15 +174,22 @@ def _pairs(ours: Dict[int, float], theirs: Dict[int, float]) -> List[float]:
   return [ours[r] / theirs[r] for r in sorted(ours) if r in theirs]
 
 
+def _rate_keys(rate: str, first: str):
+  """(main, second) figure keys of `rate`: per CPU second first on a CPU,
+  by the clock first on an accelerator."""
+  keys = [f'{rate}_per_cpu_sec', f'{rate}_per_sec']
+  return keys if first == 'cpu' else keys[::-1]
+
+
 def _row(figure, length, ours, theirs, rate: str, notes: str, first) -> str:
   """A table row from {repeat: figures} of nmt_jax and of the peer.
 
-  `rate`: 'tokens' or 'sentences' (the figures' `<rate>_per_sec` and
-  `<rate>_per_cpu_sec`); `first`: 'cpu' (per CPU second, then wall) or
-  'wall' (on an accelerator: wall, then per CPU second of the host).
+  `rate`: 'tokens', 'sentences' or 'output_tokens' (the figures'
+  `<rate>_per_sec` and `<rate>_per_cpu_sec`); `first`: 'cpu' (per CPU
+  second, then wall) or 'wall' (on an accelerator: wall, then per CPU second
+  of the host).
   """
-  keys = [f'{rate}_per_cpu_sec', f'{rate}_per_sec']
-  main, second = keys if first == 'cpu' else keys[::-1]
+  main, second = _rate_keys(rate, first)
   return (
       f'| {figure} | {length} | {_rate(_pick(ours, main).values())} '
       f'| {_rate(_pick(theirs, main).values())} '
@@ -245,30 +262,43 @@ def _peer_padding(theirs) -> str:
   return f"{_median(theirs, 'padding_fraction'):.1%}"
 
 
+def _decode_runs(out, tag, threads, label):
+  """({repeat: nmt_jax's figures}, {repeat: the peer's}) of one decoding
+  mode ('greedy', 'beam10') of the decode_<tag> runs."""
+  runs = _bench_runs(out, f'decode_{tag}_t{threads}_r{{r}}.json')
+  ours = {
+      r: peer.with_output_tokens(x[label])
+      for r, x in runs.items()
+      if label in x
+  }
+  beam = 1 if label == 'greedy' else int(label[len('beam') :])
+  theirs = {
+      r: peer.decode_figures([p])[label]
+      for r, p in _runs(
+          out, f'peer_decode_{tag}_b{beam}_t{threads}_r{{r}}.json'
+      ).items()
+  }
+  return ours, theirs
+
+
 def _decoding_rows(out, tag, threads, column, first) -> List[str]:
   """Greedy and beam 10 rows of decode_<tag> runs against the peer's, per
   output token: the peer, its EOS blocked, runs every sentence to the
   longest source of its batch + 5, longer than nmt_jax's outputs."""
-  runs = _bench_runs(out, f'decode_{tag}_t{threads}_r{{r}}.json')
   rows = []
-  for label, beam in (('greedy', 1), ('beam10', 10)):
-    ours = {
-        r: peer.with_output_tokens(x[label])
-        for r, x in runs.items()
-        if label in x
-    }
+  for label in ('greedy', 'beam10'):
+    ours, theirs = _decode_runs(out, tag, threads, label)
     if not ours:
       continue
-    theirs = {
-        r: peer.decode_figures([p])[label]
-        for r, p in _runs(
-            out, f'peer_decode_{tag}_b{beam}_t{threads}_r{{r}}.json'
-        ).items()
-    }
     figure = f'decoding {label}, output tok/s'
+    peer_tokens = (
+        f"{_median(theirs, 'output_tokens_per_sentence'):.1f}"
+        if theirs
+        else 'not measured'
+    )
     notes = (
         f"{_median(ours, 'output_tokens_per_sentence'):.1f} output tokens a"
-        f" sentence (peer {_median(theirs, 'output_tokens_per_sentence'):.1f});"
+        f' sentence (peer {peer_tokens});'
         f" compile {_median(ours, 'compile_s'):.0f} s"
     )
     ops = hlo.most_ops(next(iter(ours.values())))
@@ -315,40 +345,74 @@ def _real_vocab_cores(out: str) -> Optional[int]:
   return max(counts) if counts else None
 
 
-def _kinds_table(out: str, pattern: str) -> Optional[str]:
-  """Attention kinds against the one each was compared with, from the
-  `bench decode --compare` files matching pattern: ms per sentence, speedup
-  per pair, window."""
-  paths = sorted(glob.glob(os.path.join(out, pattern)))
+_KIND_NAMES = {
+    'none': 'no attention',
+    'local_p': 'local-p',
+    'local_m': 'local-m',
+}
+
+
+def _kind_name(config) -> str:
+  """'memory K = 64', 'no attention', 'global general' of a file's config."""
+  name = config['attention']
+  if name == 'memory':
+    return f"memory K = {config['num_memory']}"
+  if name == 'global' and config.get('score'):
+    return f"global {config['score']}"
+  return _KIND_NAMES.get(name, name)
+
+
+def _kinds(result) -> str:
+  """The cells of one `bench decode --compare` file in the attention table:
+  per mode ms per sentence (the kind / the other) and speedup per pair, then
+  the ops per search step of both."""
+  cells, ops = [], []
+  for label in ('greedy', 'beam10'):
+    if label not in result.get('speedup', {}):
+      cells += [MISSING, MISSING]
+      ops.append(MISSING)
+      continue
+    this, other = result['this'][label], result['other'][label]
+    cells += [
+        f"{this['ms_per_sentence']:#.3g} / {other['ms_per_sentence']:#.3g}",
+        f'x{_summary(_decode_pairs(this, other))}',
+    ]
+    counts = hlo.most_ops(this), hlo.most_ops(other)
+    ops.append(f'{counts[0]} / {counts[1]}' if all(counts) else MISSING)
+  cells.append(MISSING if set(ops) == {MISSING} else '; '.join(ops))
+  return ' | '.join(cells)
+
+
+def _kinds_paths(out: str, tag: str) -> List[str]:
+  """real_vocab.sh's kinds_<kind>_<tag>.json (not performance.sh's files)."""
+  return sorted(glob.glob(os.path.join(out, f'kinds_*_{tag}.json')))
+
+
+def _kinds_rows(out: str, tag: str) -> Optional[str]:
+  """Rows of the attention table, one per kinds_*_<tag>.json file, without
+  the row's outer bars (the template's line holds them)."""
   rows = []
-  for path in paths:
+  for path in _kinds_paths(out, tag):
     result = _load(path)
-    name = result['config']['attention']
-    if name == 'memory':
-      name = f"memory K = {result['config']['num_memory']}"
-    for label in result.get('speedup', {}):
-      this, other = result['this'][label], result['other'][label]
-      rows.append(
-          f'| {name} | {label} | {_speed_cells(this, other)} '
-          f"| {this.get('avg_window_fraction', 0):.2f} |"
-      )
-  if not rows:
-    return None
-  against = _load(paths[0])['compare_config']['attention']
-  head = (
-      f'| attention | mode | ms/sent | {against} ms/sent '
-      '| speedup, per pair | window / source length |\n'
-      '|---|---|---:|---:|---:|---:|'
-  )
-  return '\n'.join([head, *rows])
+    modes = [result['this'][m] for m in result.get('speedup', {})]
+    window = modes[0].get('avg_window_fraction', 0) if modes else 0
+    rows.append(
+        f"(o) {_kind_name(result['config'])} /"
+        f" {_kind_name(result['compare_config'])}, {REAL_VOCAB[tag]} dev"
+        f' sentences, window {window:.2f} of the source | {_kinds(result)}'
+    )
+  return ' |\n| '.join(rows) or None
 
 
-def _speed_cells(this, other) -> str:
-  """'ms | other's ms | x speedup per pair' of one mode of two decoders."""
-  return (
-      f"{this['ms_per_sentence']:#.3g} | {other['ms_per_sentence']:#.3g} "
-      f'| x{_summary(_decode_pairs(this, other))}'
-  )
+def _batches_of(out: str, tag: str) -> Optional[str]:
+  """The batches and days of the kinds_*_<tag>.json files."""
+  shown = [_batching(_load(p)) for p in _kinds_paths(out, tag)]
+  batches = {re.sub(r' \(.*\)$', '', text) for text in shown}
+  if len(batches) != 1:
+    return '; '.join(sorted(set(shown))) or None
+  days = sorted({re.search(r'\((.*)\)$', text).group(1) for text in shown})
+  span = days[0] if len(days) == 1 else f'{days[0]} to {days[-1]}'
+  return f'{batches.pop()} ({span})'
 
 
 def _decode_pairs(this, other) -> List[float]:
@@ -380,11 +444,11 @@ def _batching(result) -> str:
   return f'{this} sentences per batch in every mode ({day})'
 
 
-def _lever(out: str, name: str) -> str:
+def _lever(out: str, name: str) -> Optional[str]:
   """'speedup | figures' of a `bench --compare` file (this / default)."""
   result = _load_in(out, name)
   if result is None:
-    return 'not measured |'
+    return None  # not measured: its row is left out
   speedup = result.get('speedup', {})
   this, other = result['this'], result['other']
   if 'tokens_per_sec' in speedup:
@@ -419,13 +483,13 @@ def _lever(out: str, name: str) -> str:
   return f'{shown} | {notes}'
 
 
-def _processes(out: str, on_pattern: str, off_pattern: str) -> str:
+def _processes(out: str, on_pattern: str, off_pattern: str) -> Optional[str]:
   """'speedup | figures' of a lever set per process, per pair of processes."""
   whose = 'peer' if on_pattern.startswith('peer_') else 'bench'
   read = _peer_train_runs if whose == 'peer' else _bench_runs
   on, off = read(out, on_pattern), read(out, off_pattern)
   if not on or not off:
-    return 'not measured |'
+    return None
   wall = _pairs(_pick(on, 'tokens_per_sec'), _pick(off, 'tokens_per_sec'))
   cpu = _pairs(
       _pick(on, 'tokens_per_cpu_sec'), _pick(off, 'tokens_per_cpu_sec')
@@ -448,35 +512,6 @@ def _processes(out: str, on_pattern: str, off_pattern: str) -> str:
       f" {_median(off, 'peak_rss_mb'):,.0f} MB"
   )
   return f'{shown} | {notes}'
-
-
-def _attention(result) -> str:
-  """The table of an attention comparison: ms per sentence, per mode."""
-  this_name = result['config']['attention']
-  other_name = result['compare_config']['attention']
-  rows = [
-      f'| mode | {this_name} ms/sent | {other_name} ms/sent '
-      f'| {this_name} speedup, per pair |\n|---|---:|---:|---:|'
-  ]
-  for label in result.get('speedup', {}):
-    this, other = result['this'][label], result['other'][label]
-    rows.append(f'| {label} | {_speed_cells(this, other)} |')
-  return '\n'.join(rows)
-
-
-def _search_ops(result) -> str:
-  """Ops per search step of both sides of an attention comparison."""
-  this_name = result['config']['attention']
-  other_name = result['compare_config']['attention']
-  ops = []
-  for label in result.get('speedup', {}):
-    this, other = result['this'][label], result['other'][label]
-    if hlo.most_ops(this) and hlo.most_ops(other):
-      ops.append(
-          f'{label} {this_name} {hlo.most_ops(this)} vs {other_name}'
-          f' {hlo.most_ops(other)}'
-      )
-  return '; '.join(ops)
 
 
 def _cold_warm(result, key: str) -> Optional[str]:
@@ -520,12 +555,55 @@ def _memory_rows(out: str, pattern: str) -> Optional[str]:
   return '\n'.join(rows) or None
 
 
+def _floor_runs(out: str, tag: str, label: str) -> List[Dict]:
+  """The decode_<tag> one-thread runs' `label` figures that carry the floor
+  of their matrix products (`bench decode` since benchmarks/product_floor.py).
+  """
+  runs = _bench_runs(out, f'decode_{tag}_t1_r{{r}}.json')
+  return [
+      x[label]
+      for _, x in sorted(runs.items())
+      if 'fraction_of_product_floor' in x.get(label, {})
+  ]
+
+
+def _span(values: Sequence[float], form: str) -> str:
+  """'a' or 'a-b' of the smallest and largest value, each in `form`."""
+  low, high = form.format(min(values)), form.format(max(values))
+  return low if low == high else f'{low}-{high}'
+
+
+def _floor(out: str, tag: str, label: str) -> str:
+  """The share of decoding's time its matrix products take alone."""
+  runs = _floor_runs(out, tag, label)
+  if not runs:
+    return ''
+  shares = [100 * x['fraction_of_product_floor'] for x in runs]
+  return f'{_span(shares, "{:.0f}")}% ({len(runs)} runs)'
+
+
+def _output_product(out: str, tag: str, label: str) -> str:
+  """ms a sentence of the floor's largest product, the output layer's."""
+  times = []
+  for x in _floor_runs(out, tag, label):
+    floor = x['product_floor']
+    largest = max(floor['products'], key=lambda p: p['gflop'])
+    share = largest['ms'] / floor['step_ms']
+    times.append(share * x['product_floor_ms_per_sentence'])
+  return _span(times, '{:.1f}') if times else ''
+
+
+def _sentence_ms(out: str, tag: str, label: str) -> str:
+  """ms a sentence of the runs `_floor` reads."""
+  times = [x['ms_per_sentence'] for x in _floor_runs(out, tag, label)]
+  return _span(times, '{:.1f}') if times else ''
+
+
 # machine.md's {{NAME FILE ...}}: NAME's function of FILE's JSON, and ARGS
-# after FILE (a missing FILE: None, its section left out).
+# after FILE (a missing FILE: None, its row or section left out).
 OF_FILE = {
     'batches': _batching,
-    'attention': _attention,
-    'search_ops': _search_ops,
+    'kinds': _kinds,
     'steps': lambda result: str(result['this']['steps']),
     'cold_warm': _cold_warm,
     **{
@@ -539,11 +617,197 @@ OF_DIRECTORY = {
     'processes': _processes,
     'first_step': _first_step,
     'memory_rows': _memory_rows,
-    # real_vocab.sh's kinds_<kind>_<tag>.json (not performance.sh's files).
-    'real_vocab_kinds': lambda out, tag: _kinds_table(
-        out, f'kinds_*_{tag}.json'
-    ),
+    # real_vocab.sh's files, named by their tag (not performance.sh's files).
+    'kinds_rows': _kinds_rows,
+    'batches_of': _batches_of,
+    'floor': _floor,
+    'output_product': _output_product,
+    'sentence_ms': _sentence_ms,
 }
+
+
+def _aims(args: Sequence[str]):
+  """(the other ARGS, {'aim': x, 'gpu_aim': y}) of a summary placeholder."""
+  rest, aims = [], {}
+  for arg in args:
+    key, sep, number = arg.partition('=')
+    if sep:
+      aims[key] = float(number)
+    else:
+      rest.append(arg)
+  return rest, aims
+
+
+def _ratio_cell(pairs: Sequence[float], aim: Optional[float]) -> str:
+  """'**median** [min - max] (n pairs, k at the aim)' of ratios per pair."""
+  median = statistics.median(pairs)
+  shown = f'**{median:.2f}**'
+  if len(pairs) > 1:
+    shown += f' [{min(pairs):.2f} - {max(pairs):.2f}]'
+  count = f'{len(pairs)} pair' + ('s' if len(pairs) > 1 else '')
+  if aim is None:
+    return f'{shown} ({count})'
+  met = sum(round(x, 2) >= aim for x in pairs)
+  if len(pairs) == 1:
+    return f"{shown} ({count}, {'at' if met else 'below'} the aim)"
+  return f'{shown} ({count}, {met} at the aim)'
+
+
+def _train_cell(out, first, aim, name) -> Optional[str]:
+  """nmt_jax's `name` runs against the peer's, per pair."""
+  ours, theirs = _bench_runs(out, name), _peer_train_runs(out, f'peer_{name}')
+  main, _ = _rate_keys('tokens', first)
+  pairs = _pairs(_pick(ours, main), _pick(theirs, main))
+  return _ratio_cell(pairs, aim) if pairs else None
+
+
+def _decode_cell(out, first, aim, tag, label) -> Optional[str]:
+  """One decoding mode of the decode_<tag> runs against the peer's, per
+  output token."""
+  ours, theirs = _decode_runs(out, tag, 1, label)
+  main, _ = _rate_keys('output_tokens', first)
+  pairs = _pairs(_pick(ours, main), _pick(theirs, main))
+  return _ratio_cell(pairs, aim) if pairs else None
+
+
+def _median_speedups(result) -> Dict[str, float]:
+  """{'tokens' or a decoding mode: the median speedup per pair} of a
+  `bench --compare` file."""
+  this, other = result['this'], result['other']
+  if 'tokens_per_sec' in result.get('speedup', {}):
+    pairs = _pairs(
+        dict(enumerate(this['tokens_per_sec_runs'])),
+        dict(enumerate(other['tokens_per_sec_runs'])),
+    )
+    return {'tokens': statistics.median(pairs)}
+  return {
+      mode: statistics.median(_decode_pairs(this[mode], other[mode]))
+      for mode in result.get('speedup', {})
+  }
+
+
+def _speedup_cell(out, first, aim, name) -> Optional[str]:
+  result = _load_in(out, name)
+  if result is None:
+    return None
+  return ', '.join(
+      f'x{x:.2f}' if mode == 'tokens' else f'{mode} x{x:.2f}'
+      for mode, x in _median_speedups(result).items()
+  )
+
+
+def _processes_cell(out, first, aim, on_pattern, off_pattern):
+  on, off = _bench_runs(out, on_pattern), _bench_runs(out, off_pattern)
+  pairs = _pairs(_pick(on, 'tokens_per_sec'), _pick(off, 'tokens_per_sec'))
+  return f'x{statistics.median(pairs):.2f}' if pairs else None
+
+
+def _speedups_cell(out, first, aim, tag) -> Optional[str]:
+  """The range of the kinds_*_<tag> files' median speedups, every mode."""
+  medians = [
+      x
+      for path in _kinds_paths(out, tag)
+      for x in _median_speedups(_load(path)).values()
+  ]
+  if not medians:
+    return None
+  return f'x{min(medians):.2f} - x{max(medians):.2f}'
+
+
+# summary.md's {{NAME ARGS}}: function(out, first, aim, *ARGS) -> one cell.
+OF_SUMMARY = {
+    'train': _train_cell,
+    'decode': _decode_cell,
+    'speedup': _speedup_cell,
+    'processes': _processes_cell,
+    'speedups': _speedups_cell,
+}
+
+
+def _directory(out: str) -> str:
+  """`out` from the repository's root where it lies inside it."""
+  relative = os.path.relpath(os.path.abspath(out), ROOT)
+  return out.rstrip('/') if relative.startswith('..') else relative
+
+
+def _title(out: str) -> str:
+  """'CPU: AMD EPYC, 2 cores', 'GPU: NVIDIA H100 80GB HBM3'."""
+  platform, device, _ = _platform(out)
+  name = _cpu_name(out) if platform == 'cpu' else device
+  return f'{platform.upper()}: {name}'
+
+
+def summary(outs: Sequence[str]) -> Optional[str]:
+  """summary.md filled: a column per directory of `outs`."""
+  firsts = ['cpu' if _platform(out)[0] == 'cpu' else 'wall' for out in outs]
+  heads = ' | '.join(
+      f"{_title(out)}, {'per CPU s' if first == 'cpu' else 'wall'}"
+      f' (`{_directory(out)}/`)'
+      for out, first in zip(outs, firsts)
+  )
+  figures = {'heads': heads, 'rules': '|'.join(['---:'] * len(outs))}
+
+  def value(key: str) -> Optional[str]:
+    if key in figures:
+      return figures[key]
+    name, *args = key.split()
+    if name not in OF_SUMMARY:
+      raise ValueError(f'summary.md: no figure {name} in {{{{{key}}}}}')
+    args, aims = _aims(args)
+    cells = [
+        OF_SUMMARY[name](
+            out, first, aims.get('aim' if first == 'cpu' else 'gpu_aim'), *args
+        )
+        for out, first in zip(outs, firsts)
+    ]
+    if all(cell is None for cell in cells):
+      return None
+    return ' | '.join(MISSING if cell is None else cell for cell in cells)
+
+  return fill(template('summary.md'), value) or None
+
+
+def _version(text: str):
+  return tuple(int(part) for part in re.findall(r'\d+', text))
+
+
+def jax_pin() -> str:
+  """The JAX requirement setup.cfg's install_requires pins ('' if none)."""
+  path = os.path.join(ROOT, 'setup.cfg')
+  if not os.path.exists(path):
+    return ''
+  with open(path) as f:
+    found = re.search(r'^\s*(jax\s*[<>=!~][^\n#]*)$', f.read(), re.M)
+  return re.sub(r'\s+', '', found.group(1)) if found else ''
+
+
+def _within(version: str, pin: str) -> bool:
+  """Whether `version` satisfies `pin` ('jax>=0.10.2,<0.11')."""
+  tests = {
+      '>=': lambda a, b: a >= b,
+      '<=': lambda a, b: a <= b,
+      '==': lambda a, b: a == b,
+      '!=': lambda a, b: a != b,
+      '>': lambda a, b: a > b,
+      '<': lambda a, b: a < b,
+  }
+  for op, bound in re.findall(r'(>=|<=|==|!=|>|<)([\w.]+)', pin):
+    if not tests[op](_version(version), _version(bound)):
+      return False
+  return True
+
+
+def _outside_pin(outs: Sequence[str], pin: str) -> str:
+  """'GPU: ... (JAX 0.11.2) and ...': the directories whose `bench` files
+  name a JAX outside `pin`."""
+  outside = []
+  for out in outs:
+    version = _platform(out)[2]
+    if pin and version != 'unknown' and not _within(version, pin):
+      outside.append(f'{_title(out)} (JAX {version})')
+  if len(outside) > 1:
+    return ', '.join(outside[:-1]) + ' and ' + outside[-1]
+  return ''.join(outside)
 
 
 def _platform(out: str):
@@ -585,12 +849,9 @@ def _measured(out: str) -> str:
 
 
 def _notes(out: str) -> str:
-  """What the runs' author saw, kept beside them in notes.md."""
+  """The notes the runs' author kept beside them (notes.md), if any."""
   path = os.path.join(out, 'notes.md')
-  if not os.path.exists(path):
-    return ''
-  with open(path) as f:
-    return f.read().strip()
+  return f'{_directory(out)}/notes.md' if os.path.exists(path) else ''
 
 
 def machine(out: str) -> str:
@@ -603,6 +864,8 @@ def machine(out: str) -> str:
   cores = counts[-1] if on_cpu and counts and counts[-1] > 1 else None
   real_cores = _real_vocab_cores(out) if on_cpu else None
   figures = {
+      'title': _title(out),
+      'directory': _directory(out),
       'measured': _measured(out),
       'machine': _cpu_name(out) if on_cpu else f'{platform.upper()} {device}',
       'jax': jax_version,
@@ -638,7 +901,11 @@ def machine(out: str) -> str:
 
 def page(outs: Sequence[str]) -> str:
   """The page's markdown from the JSON files in each directory of `outs`."""
+  pin = jax_pin()
   figures = {
+      'summary': summary(outs),
+      'jax_pin': pin,
+      'jax_outside_pin': _outside_pin(outs, pin),
       'machines': '\n\n'.join(machine(out) for out in outs),
       'no_accelerator': '',
   }

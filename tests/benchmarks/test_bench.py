@@ -450,11 +450,22 @@ def test_the_performance_page_pairs_runs_and_reports_the_median_ratio(
     write_peer_train(tmp_path / f'peer_train_L50_t1_r{r}.json', theirs, 1.0)
   text = performance.page([str(tmp_path)])
   row = next(
-      line for line in text.splitlines() if line.startswith('| training')
+      line
+      for line in text.splitlines()
+      if line.startswith('| training, target tok/s | 50 |')
   )
   # Pairs: 1.5 and 2.0 -> median 1.75, range 1.50 - 2.00.
   assert '**1.75 [1.50 - 2.00]**' in row
-  assert 'not measured' in text  # the levers and decoding were not run
+  # The summary at the top: the same pairs against the 1.25x aim.
+  row = next(
+      line
+      for line in text.splitlines()
+      if line.startswith('| training, copy L = 50, the defaults')
+  )
+  assert '| **1.75** [1.50 - 2.00] (2 pairs, 2 at the aim) |' in row
+  # The levers and decoding were not run: no rows, no lever section.
+  assert 'decoding greedy' not in text and 'Levers, each alone' not in text
+  assert 'greedy decoding, copy L = 100' not in text
 
 
 def test_the_performance_page_pairs_processes_of_a_process_lever(tmp_path):
@@ -475,6 +486,12 @@ def test_the_performance_page_pairs_processes_of_a_process_lever(tmp_path):
   assert 'x1.05 [0.90 - 1.20] target tok/s' in row, row
   assert 'x1.05 [0.90 - 1.20] per CPU s (2 pairs of processes)' in row, row
   assert 'kernel 0.0% vs 20.0%' in row, row
+  row = next(
+      line
+      for line in text.splitlines()
+      if line.startswith('| lever: glibc keeping freed memory')
+  )
+  assert '| x1.05 | `lever_keep_memory_{on,off}_r*.json` |' in row
 
 
 def test_train_bench_warms_up_every_bucket_before_timing():
@@ -504,26 +521,29 @@ def test_the_performance_page_compares_attention_kinds_per_pair(tmp_path):
   }
   (tmp_path / 'kinds_flexible_L150.json').write_text(json.dumps(result))
   text = performance.page([str(tmp_path)])
-  row = next(line for line in text.splitlines() if line.startswith('| beam10'))
-  # global / flexible per pair: 1.2, 0.9, 1.1.
-  assert row == '| beam10 | 10.0 | 12.0 | x1.10 [0.90 - 1.20] |'
-  # The batches are stated: a file without sentences_per_batch predates it.
-  assert (
-      'Batches: beam search in batches of `decode.batch_size` hypotheses'
-      ' (undated).'
-      in text
+  rows = [line for line in text.splitlines() if line.startswith('| (')]
+  # global / flexible per pair: 1.2, 0.9, 1.1; no greedy run, no op counts.
+  assert rows == [
+      '| (d) flexible / global general, copy L = 150 | – | – | 10.0 / 12.0'
+      ' | x1.10 [0.90 - 1.20] | – |'
+  ]
+  # The batches are stated: a file without sentences_per_batch predates it;
+  # the footnotes of comparisons not measured are left out.
+  notes = [line for line in text.splitlines() if line.startswith('- (')]
+  assert len(notes) == 1 and notes[0].startswith(
+      '- (d) beam search in batches of `decode.batch_size` hypotheses'
+      ' (undated). 256 copy-task sentences'
   )
   result['date'] = '2026-11-26'
   for side in ('this', 'other'):
     result[side]['beam10']['sentences_per_batch'] = 64
   (tmp_path / 'kinds_flexible_L150.json').write_text(json.dumps(result))
   text = performance.page([str(tmp_path)])
-  assert 'Batches: 64 sentences per batch in every mode (2026-11-26).' in text
+  assert '- (d) 64 sentences per batch in every mode (2026-11-26).' in text
   result['other']['beam10']['sentences_per_batch'] = 6
   (tmp_path / 'kinds_flexible_L150.json').write_text(json.dumps(result))
   text = performance.page([str(tmp_path)])
-  assert 'Batches: 64 vs 6 sentences per batch (2026-11-26).' in text
-  assert 'Ops one search step runs' not in text  # files without loop_ops
+  assert '- (d) 64 vs 6 sentences per batch (2026-11-26).' in text
   # The search loop is the largest loop of the decoder (the encoder's are
   # listed too).
   loops = lambda ops: [{'trip_count': 0, 'ops': n, 'dots': 1} for n in ops]
@@ -531,7 +551,7 @@ def test_the_performance_page_compares_attention_kinds_per_pair(tmp_path):
   result['other']['beam10']['loop_ops'] = loops([11, 52, 12])
   (tmp_path / 'kinds_flexible_L150.json').write_text(json.dumps(result))
   text = performance.page([str(tmp_path)])
-  assert 'beam10 flexible 70 vs global 52.' in text
+  assert '| x1.10 [0.90 - 1.20] | –; 70 / 52 |' in text
 
 
 def test_the_performance_page_shows_a_gpu_run_by_wall_clock(tmp_path):
@@ -552,10 +572,19 @@ def test_the_performance_page_shows_a_gpu_run_by_wall_clock(tmp_path):
     (out / 'train_L50_t1_r1.json').write_text(json.dumps(result))
     # The peer: 1,500 tok/s (wall) at 100% of a CPU.
     write_peer_train(out / 'peer_train_L50_t1_r1.json', 1500.0, 1.0)
+    # CUDA graphs for the search loops, x2 (both directories hold the file).
+    runs = lambda ms: {'ms_per_sentence': ms, 'ms_per_sentence_runs': [ms]}
+    lever = dict(
+        result,
+        this={'greedy': runs(1.0)},
+        other={'greedy': runs(2.0)},
+        speedup={'greedy': 2.0},
+    )
+    (out / 'lever_cuda_graphs_decode.json').write_text(json.dumps(lever))
   text = performance.page([str(cpu), str(gpu)])
   sections = text.split('\n## ')
-  cpu_section = next(s for s in sections if s.startswith('CPU, one thread'))
-  gpu_section = next(s for s in sections if s.startswith('GPU, H100'))
+  cpu_section = next(s for s in sections if s.startswith('CPU: '))
+  gpu_section = next(s for s in sections if s.startswith('GPU: H100'))
   row = lambda section: next(
       line for line in section.splitlines() if line.startswith('| training')
   )
@@ -563,10 +592,20 @@ def test_the_performance_page_shows_a_gpu_run_by_wall_clock(tmp_path):
   assert '**0.67**' in row(cpu_section)
   assert '**2.00**' in row(gpu_section) and '| 0.67 |' in row(gpu_section)
   assert 'ratio wall | ratio per host CPU s' in gpu_section
+  assert f'Records: `{gpu}/`.' in gpu_section
   # The levers only a GPU can show are left out of a CPU's table.
-  levers = [s for s in sections if s.startswith('Levers, each alone')]
-  assert len(levers) == 2 and 'CUDA graphs' not in levers[0]
-  assert '| search loops as CUDA graphs' in levers[1]
+  assert 'Levers, each alone' not in cpu_section
+  assert '| search loops as CUDA graphs' in gpu_section
+  # The summary: a column per directory, each by its own rate and aim.
+  summary = next(s for s in sections if s.startswith('Summary'))
+  assert ', per CPU s (`' in summary and 'GPU: H100, wall (`' in summary
+  assert (
+      '| **0.67** (1 pair, below the aim) | **2.00** (1 pair, at the aim) |'
+      in summary
+  )
+  assert '| greedy x2.00 | greedy x2.00 |' in summary
+  # Both directories name JAX 0.0, outside setup.cfg's pin.
+  assert 'and GPU: H100 (JAX 0.0) were measured with a JAX outside' in text
   assert 'no accelerator was available' not in text
   assert 'no accelerator was available' in performance.page([str(cpu)])
 
@@ -575,13 +614,17 @@ def test_the_performance_page_template_leaves_out_what_is_not_there():
   template = (
       'Top {{a}}.\n\n{{empty}}\n\n## One\n\n| x | y |\n|---|---|\n'
       '| a | {{a}} |\n| b | {{none}} |\n| c | {{empty}} |\n\n'
-      'Of {{empty}}.\n\n## Two {{none}}\n\nGone.\n\n## Three\n\nKept {{a}}.\n'
+      '- kept {{a}}\n- gone {{none}}\n- also gone {{empty}}\n\n'
+      'Of {{empty}}.\n\n### Sub {{none}}\n\nGone.\n\n'
+      '### Nothing measured\n\nGone.\n\n| x |\n|---|\n| {{none}} |\n\n'
+      '## Two {{none}}\n\nGone.\n\n## Three\n\nKept {{a}}.\n'
   )
   values = {'a': '1', 'empty': '', 'none': None}
-  # None: its table row or its section; '': its table row or paragraph.
+  # None: its table row or list item, or its section; '': its table row,
+  # list item or paragraph; a table with no row left: its section.
   assert performance.fill(template, values.__getitem__) == (
       'Top 1.\n\n## One\n\n| x | y |\n|---|---|\n| a | 1 |\n\n'
-      '## Three\n\nKept 1.'
+      '- kept 1\n\n## Three\n\nKept 1.'
   )
 
 
