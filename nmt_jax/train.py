@@ -237,6 +237,14 @@ def train_and_evaluate(
 def _train_and_evaluate(
     config, workdir: str, mesh, evaluate: bool, init_step: Optional[int]
 ):
+  """train_and_evaluate's work once the workdir is locked.
+
+  Builds the run, resumes it from its latest checkpoint (or starts from
+  train.init_from's, at `init_step` if given), trains to train.num_steps
+  (validating, saving, maybe stopping early) and evaluates the best
+  checkpoint. `config` is resolved; `mesh` is make_mesh's. -> the
+  evaluation's results (inference.evaluate), None without `evaluate`.
+  """
   lead = jax.process_index() == 0
 
   if (
@@ -349,9 +357,18 @@ def _train_and_evaluate(
             profiling.profile_dir(workdir, workdir_files.PROFILE), t
         )
     )
-    # A validation better than every saved one is saved whatever the step:
-    # the best checkpoint is what eval, translate and early stopping use.
-    best_bleu = ckpts.best_bleu()
+    loop = _Loop(
+        setup,
+        evaluator,
+        train_step,
+        iterator,
+        writer,
+        ckpts,
+        plateau,
+        progress,
+        time_left,
+        ckpts.best_bleu(),
+    )
     for step in range(start, end):
       preemption.raise_if_interrupted()  # one a gc callback dropped
       profiler.before(step)
@@ -384,53 +401,7 @@ def _train_and_evaluate(
         )
         progress.reset()
       progress.pause()  # validation and saving are not training time
-      result = None
-      if validate:
-        params = steps.eval_params(train_step.to_global(state))
-        with time_left.validation():
-          result, hypotheses = evaluator.evaluate(
-              params, task.eval, t.eval_beam_size, limit=t.eval_num_sentences
-          )
-        writer.write(done, 'valid', evaluation.scalars(result))
-        writer.write_text(done, 'valid/samples', _samples(task, hypotheses))
-        if t.attention_images:
-          _attention_images(config, evaluator, params, writer, done)
-        logging.info(
-            'step %d validation | loss %.4f | BLEU %.2f | avg window %.1f',
-            done,
-            result['loss'],
-            result['bleu'],
-            result['avg_window'],
-        )
-        if best_bleu is None or result['bleu'] > best_bleu:
-          save, best_bleu = True, result['bleu']
-        if plateau.active:
-          decayed, stopped = plateau.update(done, result)
-          if decayed:
-            state = steps.set_plateau_scale(state, plateau.scale)
-            logging.info(
-                'learning rate x%g (x%g in all): %s',
-                plateau.decay,
-                plateau.scale,
-                plateau.describe(),
-            )
-          if stopped:
-            logging.info('stopping early: %s', plateau.describe())
-            save = True
-      if save:
-        meta = checkpoint.checkpoint_meta(
-            config, task, done, result and evaluation.scalars(result)
-        )
-        meta['divergence'] = progress.divergence_state()
-        with preemption.uninterrupted():
-          ckpts.save(
-              done,
-              train_step.to_global(state),
-              meta,
-              bleu=result['bleu'] if result else None,
-              data_iterator=iterator,
-          )
-        progress.last_saved = done
+      state = _validate_and_save(loop, state, done, validate, save)
       if plateau.stopped:
         break
       if stop:
@@ -449,6 +420,88 @@ def _train_and_evaluate(
         writer.close()
   # `config` is resolved: train_and_evaluate's start checked it.
   return inference.evaluate_resolved(config, [workdir]) if evaluate else None
+
+
+@dataclasses.dataclass
+class _Loop:
+  """What the training loop's validations and saves use besides the state."""
+
+  setup: Setup
+  evaluator: evaluation.Evaluator
+  train_step: Any  # parallel.data_parallel_step's: jit or pmap
+  iterator: Any  # the training batches, saved with every checkpoint
+  writer: writers.MetricWriter
+  ckpts: checkpoint.Checkpoints
+  plateau: plateau_lib.Plateau
+  progress: progress_lib.Progress
+  time_left: progress_lib.Eta
+  # A validation better than every saved one is saved whatever the step:
+  # the best checkpoint is what eval, translate and early stopping use.
+  best_bleu: Optional[float]
+
+
+def _validate_and_save(
+    loop: _Loop, state, done: int, validate: bool, save: bool
+):
+  """Validates and saves after step `done` as the loop's flags say -> state.
+
+  A validation writes its scalars and samples (and attention images) and
+  counts towards the plateau's decay (the returned state then has the new
+  learning-rate scale) and early stop; a BLEU better than every saved one,
+  or an early stop, makes it a save. A save keeps the state with the data
+  iterator's position, the validation and the divergence check's state.
+  """
+  config, t, task = loop.setup.config, loop.setup.config.train, loop.setup.task
+  evaluator, train_step, writer = loop.evaluator, loop.train_step, loop.writer
+  plateau, progress = loop.plateau, loop.progress
+  result = None
+  if validate:
+    params = steps.eval_params(train_step.to_global(state))
+    with loop.time_left.validation():
+      result, hypotheses = evaluator.evaluate(
+          params, task.eval, t.eval_beam_size, limit=t.eval_num_sentences
+      )
+    writer.write(done, 'valid', evaluation.scalars(result))
+    writer.write_text(done, 'valid/samples', _samples(task, hypotheses))
+    if t.attention_images:
+      _attention_images(config, evaluator, params, writer, done)
+    logging.info(
+        'step %d validation | loss %.4f | BLEU %.2f | avg window %.1f',
+        done,
+        result['loss'],
+        result['bleu'],
+        result['avg_window'],
+    )
+    if loop.best_bleu is None or result['bleu'] > loop.best_bleu:
+      save, loop.best_bleu = True, result['bleu']
+    if plateau.active:
+      decayed, stopped = plateau.update(done, result)
+      if decayed:
+        state = steps.set_plateau_scale(state, plateau.scale)
+        logging.info(
+            'learning rate x%g (x%g in all): %s',
+            plateau.decay,
+            plateau.scale,
+            plateau.describe(),
+        )
+      if stopped:
+        logging.info('stopping early: %s', plateau.describe())
+        save = True
+  if save:
+    meta = checkpoint.checkpoint_meta(
+        config, task, done, result and evaluation.scalars(result)
+    )
+    meta['divergence'] = progress.divergence_state()
+    with preemption.uninterrupted():
+      loop.ckpts.save(
+          done,
+          train_step.to_global(state),
+          meta,
+          bleu=result['bleu'] if result else None,
+          data_iterator=loop.iterator,
+      )
+    progress.last_saved = done
+  return state
 
 
 def _log_batch(config, batches, mesh):
