@@ -7,9 +7,11 @@ a wing, and a wing imports only from the wings listed before it in WINGS
 
 import ast
 import glob
+import io
 import os
 import re
 import sys
+import tokenize
 
 import pytest
 
@@ -260,3 +262,129 @@ def test_no_reference_to_documents_outside_the_repository(pattern):
         if outside.search(line):
           found.append(f'{os.path.relpath(path, ROOT)}:{number}')
   assert not found
+
+
+# The repository's folders a docstring or comment may name files in.
+REPO_FOLDERS = (
+    'nmt_jax',
+    'tests',
+    'docs',
+    'benchmarks',
+    'experiments',
+    'configs',
+    'launch',
+)
+# The importable ones, named as dotted modules (nmt_jax.decoding.beam).
+PACKAGES = ('nmt_jax', 'tests', 'benchmarks', 'experiments')
+# Named files that live elsewhere: NTT's RIBES scorer.
+EXTERNAL_FILES = {'RIBES.py'}
+# Command examples train into runs/: workdirs, not part of the repository.
+OUTPUT_FOLDERS = {'runs'}
+_PATH = re.compile(r'(?<![\w.\-/])((?:[\w\-]+/)*[\w\-.]*\w\.(?:py|md|sh))\b')
+_DOTTED = re.compile(rf'(?<![\w.])(?:{"|".join(PACKAGES)})(?:\.\w+)+')
+
+
+def _prose(path):
+  """(line, text) of a module's docstrings and comments."""
+  with open(path, encoding='utf-8') as f:
+    source = f.read()
+  found = [
+      (token.start[0], token.string)
+      for token in tokenize.generate_tokens(io.StringIO(source).readline)
+      if token.type == tokenize.COMMENT
+  ]
+  for node in ast.walk(ast.parse(source)):
+    if isinstance(
+        node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)
+    ):
+      docstring = ast.get_docstring(node, clean=False)
+      if docstring:
+        found.append((node.body[0].lineno, docstring))
+  return found
+
+
+def _top_level_names(path):
+  names = set()
+  for node in parse(path).body:
+    if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+      names.add(node.name)
+    elif isinstance(node, (ast.Assign, ast.AnnAssign)):
+      targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+      names.update(t.id for t in targets if isinstance(t, ast.Name))
+    elif isinstance(node, (ast.Import, ast.ImportFrom)):
+      names.update((a.asname or a.name).split('.')[0] for a in node.names)
+  return names
+
+
+def _module_file(root, parts):
+  base = os.path.join(root, *parts)
+  for path in (base + '.py', os.path.join(base, '__init__.py')):
+    if os.path.isfile(path):
+      return path
+  return None
+
+
+def _missing_dotted(root, name):
+  """Why `name` (nmt_jax.model.seq2seq.Decoder) names nothing, or None."""
+  parts = name.split('.')
+  for k in range(len(parts), 0, -1):
+    module = _module_file(root, parts[:k])
+    if module:
+      break
+  else:
+    return 'no such module'
+  if k < len(parts) and parts[k] not in _top_level_names(module):
+    return f'no {parts[k]} in {".".join(parts[:k])}'
+  return None
+
+
+def _missing_path(root, source, path, basenames):
+  """Why a named file path does not exist, or None."""
+  first = path.split('/')[0]
+  if first in OUTPUT_FOLDERS:
+    return None
+  if '/' not in path:  # a bare name: some file of the repository's
+    known = path in basenames or path in EXTERNAL_FILES
+    return None if known else 'no file of that name'
+  bases = [root]
+  if first not in REPO_FOLDERS:  # relative to the package or to the module
+    bases += [os.path.join(root, 'nmt_jax'), os.path.dirname(source)]
+  if any(os.path.exists(os.path.join(base, path)) for base in bases):
+    return None
+  return 'no such file'
+
+
+def stale_names(root):
+  """'file:line name (why)' of each file or module the prose names that is
+  not in the tree at `root`."""
+  sources = []
+  for folder in ('nmt_jax', 'configs'):
+    sources += glob.glob(
+        os.path.join(root, folder, '**', '*.py'), recursive=True
+    )
+  basenames = {
+      name
+      for folder in REPO_FOLDERS
+      for _, _, files in os.walk(os.path.join(root, folder))
+      for name in files
+  } | set(os.listdir(root))
+  stale = []
+  for source in sorted(sources):
+    where = os.path.relpath(source, root)
+    for line, text in _prose(source):
+      for match in _DOTTED.finditer(text):
+        why = _missing_dotted(root, match.group())
+        if why:
+          stale.append(f'{where}:{line} {match.group()} ({why})')
+      for match in _PATH.finditer(text):
+        why = _missing_path(root, source, match.group(1), basenames)
+        if why:
+          stale.append(f'{where}:{line} {match.group(1)} ({why})')
+  return stale
+
+
+def test_the_prose_names_only_files_and_modules_that_exist():
+  """Docstrings and comments of nmt_jax/ and configs/ name modules (dotted or
+  as files under the repository's folders) that are there: a module that
+  moves takes its mentions along."""
+  assert not stale_names(ROOT)

@@ -1,7 +1,7 @@
 """The interface every attention kind implements, and the registry of kinds.
 
 A kind is a linen module with three methods, called by the decoder
-(`models.Decoder`) and nothing else:
+(`seq2seq.Decoder`) and nothing else:
 
   prepare(memory [B, S, D], lengths [B]) -> cache
       Once per sentence, after encoding: precomputed keys, memory, masks.
@@ -29,8 +29,8 @@ A kind is a linen module with three methods, called by the decoder
       'window'), plus cheap kind-specific values; 'weights' only when
       `with_weights`: over source positions [B, S], or over memory slots
       [B, K] for `memory`, which then adds 'source_weights' [B, S]
-      (`source_weights` reads either). `train` is True in training steps (flexible
-      attention never truncates then).
+      (`source_weights` reads either). `train` is True in training steps
+      (flexible attention never truncates then).
 
 and a class-level description that config validation, `bench` and run
 inspection read from the registry, so that nothing outside the kind's module
@@ -179,8 +179,9 @@ class Attention(nn.Module):
   # Row order in results tables, as in Britz et al.'s Table 1: none first,
   # global last.
   RANK = 100
-  # The plot run inspection draws of a translation, or None: 'heatmap' (weights
-  # over the source), 'vision_span' or 'memory_maps' (tools/plots.py).
+  # The plot run inspection draws of a translation, or None: 'heatmap'
+  # (weights over the source), 'vision_span' or 'memory_maps'
+  # (nmt_jax/analysis/plots.py).
   PLOT = 'heatmap'
 
   def prepare(self, memory, lengths) -> Cache:

@@ -8,7 +8,8 @@ A config file calls `get_config(arg)` and changes what its experiment needs:
       config.model.attention.kind = 'memory'
       return config
 
-`arg` is the text after ':' in `--config=configs/x.py:ARG`. It names a preset:
+`arg` is the text after ':' in `--config=configs/<name>.py:ARG`. It names a
+preset:
 
   ''/None      CPU-sized copy task (L = 20, 128 units): trains in minutes
                on a laptop.

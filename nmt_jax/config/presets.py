@@ -1,4 +1,4 @@
-"""Config presets: the names after ':' in `--config=configs/x.py:ARG`.
+"""Config presets: the names after ':' in `--config=configs/<name>.py:ARG`.
 
 Each changes a default config in place; nmt_jax/config/defaults.py lists them.
 """

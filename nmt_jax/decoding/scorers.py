@@ -12,7 +12,7 @@ A scorer turns parameters and token ids into target log-probabilities:
 `prepare` runs once per decoding call, outside its loop: with `gate_table`
 'on' (or 'auto' when the vocabulary has fewer words than the loop will look
 up, `lookups` = rows x steps) it computes the decoder's token table
-(`models.Decoder.token_table`: the embedding-to-gates projection [V, 4H] of
+(`seq2seq.Decoder.token_table`: the embedding-to-gates projection [V, 4H] of
 every target word, and what the attention kind or the readout computes from
 the fed-back word alone), so each step gathers rows instead of running GEMMs.
 
@@ -59,7 +59,7 @@ class Single:
     return jax.tree_util.tree_map(lambda x: jnp.repeat(x, k, axis=0), cache)
 
   def prepare(self, params, lookups: int, gate_table: str = 'auto'):
-    """(params in the compute dtype, the token table {name: [V, ...]} or None)."""
+    """(params in the compute dtype, token table {name: [V, ...]} or None)."""
     params = precision.compute_params(self.model.config, params)
     vocab = self.model.target_vocab_size
     if lstm.table_pays(gate_table, vocab, lookups):

@@ -8,7 +8,7 @@ The math is the standard LSTM with gate order (i, f, g, o):
   i, f, g, o = split(x W_x + h W_h + b)
   c' = sigmoid(f) * c + sigmoid(i) * tanh(g);   h' = sigmoid(o) * tanh(c')
 
-(tests/test_lstm.py checks it against flax's `nn.LSTMCell`). The
+(tests/model/test_lstm.py checks it against flax's `nn.LSTMCell`). The
 decoder's stack runs one step at a time (nmt_jax/model/decoder_cell.py), its
 inputs depending on the previous step's output.
 

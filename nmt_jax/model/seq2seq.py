@@ -14,8 +14,9 @@ V_o E y_{t-1} + C_o c_t), q_t the query state (Bahdanau: s_{t-1}). Both have
 model.readout_size units (0 = hidden_size).
 
 One `Decoder.step` serves teacher forcing (scanned over the target by
-`nn.scan`) and decoding (called once per step by `decode.py` through
-`Seq2Seq.decode_step`), so training and inference share every line.
+`nn.scan`) and decoding (called once per step by the search loops through
+`Seq2Seq.decode_step`, nmt_jax/decoding/scorers.py), so training and
+inference share every line.
 """
 
 import functools
