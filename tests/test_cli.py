@@ -367,10 +367,11 @@ def test_translate_input_errors(trained):
   # test_translate_input_and_output_errors_come_before_decoding; a token not
   # in the vocabulary, named by its line: its
   # test_translate_keeps_line_numbers_and_blank_lines.)
-  with pytest.raises(errors.UserError) as error:
-    inference.translate(cli_config(f'--config={CONFIG}'), [trained], ['', ''])
-  assert 'no input sentences' in str(error.value)
-  assert '\n' not in str(error.value)
+  for lines in (['', ''], []):  # blank lines, or none at all
+    with pytest.raises(errors.UserError) as error:
+      inference.translate(cli_config(f'--config={CONFIG}'), [trained], lines)
+    assert 'no input sentences' in str(error.value)
+    assert '\n' not in str(error.value)
 
 
 def test_lines_longer_than_the_input_bound_are_refused(trained):
@@ -385,6 +386,8 @@ def test_lines_longer_than_the_input_bound_are_refused(trained):
   assert 'decode.max_input_length=32' in message
   with pytest.raises(errors.UserError, match='target line 2 has 33 pieces'):
     inference.score(config, [trained], [(1, 'a', 'a'), (2, 'a b', long_line)])
+  with pytest.raises(errors.UserError, match='source line 1 has 33 pieces'):
+    inference.score(config, [trained], [(1, long_line, 'a')])
   # At the bound, or with a raised one, it is translated.
   (out,) = inference.translate(config, [trained], [' '.join(['a'] * 32)])
   assert out

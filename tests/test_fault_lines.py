@@ -87,17 +87,22 @@ def _write_config(path, body):
   return str(path)
 
 
-def test_a_config_without_a_section_of_the_defaults(tmp_path):
+@pytest.mark.parametrize(
+    'section',
+    ['data', 'model', 'model.attention', 'train', 'decode', 'parallel'],
+)
+def test_a_config_without_a_section_of_the_defaults(tmp_path, section):
   # AttributeError, far from the config file.
+  parent, _, leaf = section.rpartition('.')
   path = _write_config(
-      tmp_path / 'no_attention.py',
+      tmp_path / 'no_section.py',
       '  config = defaults.get_config()\n'
-      '  del config.model["attention"]\n'
+      f'  del config{"." + parent if parent else ""}["{leaf}"]\n'
       '  return config\n',
   )
   with pytest.raises(errors.ConfigError) as error:
     cli_flags.load_config(path)
-  _one_line(error, path, 'has no model.attention', 'defaults.get_config()')
+  _one_line(error, path, f'has no {section}', 'defaults.get_config()')
   path = _write_config(
       tmp_path / 'bare.py', '  return ml_collections.ConfigDict({"seed": 1})\n'
   )
@@ -198,7 +203,7 @@ def test_bench_flag_mistakes_are_one_line(flag, fragment):
   assert len(lines) == 1 and fragment in lines[0], result.stderr
 
 
-# The fault battery's misleading lines (benchmarks/fault_battery.py): the
+# The fault battery's misleading lines (tests/faults/battery.py): the
 # whole --help text before the error, two-line absl flag errors, a command
 # not named.
 @pytest.mark.parametrize(

@@ -463,8 +463,9 @@ def test_nan_and_inf_are_refused_in_every_float_field(field, value):
   if field == 'model.attention.tau' and value == math.inf:
     validation.resolve(config)  # inf: the untruncated model
     return
-  with pytest.raises(errors.ConfigError, match=field.replace('.', r'\.')):
+  with pytest.raises(errors.ConfigError, match=field.replace('.', r'\.')) as e:
     validation.resolve(config)
+  assert '\n' not in str(e.value)
 
 
 @pytest.mark.parametrize('seed', [-1, 2**64])
@@ -530,7 +531,7 @@ def test_failure_before_training_leaves_no_empty_workdir(tmp_path):
   # (As a command: test_beam_wider_than_the_vocabulary_fails_before_training.)
   workdir = str(tmp_path / 'new')
   config = cli_config(*RUN, '--config.data.name=text:/nonexistent/x')
-  with pytest.raises(errors.UserError):
+  with pytest.raises(errors.UserError, match='expected /nonexistent/x.train'):
     train.train_and_evaluate(config, workdir)
   assert not os.path.exists(workdir)
 
@@ -607,9 +608,14 @@ def test_translate_keeps_line_numbers_and_blank_lines(trained, tmp_path):
         ('def get_config(:\n', 'line 1: syntax error'),
         ('import no_such_module\n', "No module named 'no_such_module'"),
         ('x = 1\n', 'has no get_config()'),
+        ('', 'has no get_config()'),
         (
             'def get_config(arg=None):\n  return {"a": 1}\n',
             'returned a dict, not an ml_collections.ConfigDict',
+        ),
+        (
+            'def get_config(arg=None):\n  return None\n',
+            'returned a NoneType, not an ml_collections.ConfigDict',
         ),
         (
             'def get_config(arg=None):\n  raise RuntimeError("oops")\n',

@@ -92,10 +92,15 @@ def test_eval_of_a_named_step_writes_beside_the_best_ones_results(runs):
 
 def test_a_step_not_kept_is_one_error_naming_the_kept_ones(runs):
   long_run, _ = runs
-  with pytest.raises(errors.CheckpointError, match=r'step 2 \(kept: 4, 6\)'):
-    inference.score(
-        cli_config(*RUN, '--config.decode.step=2'), [long_run], PAIRS
-    )
+  config = cli_config(*RUN, '--config.decode.step=2')
+  # --mode=score, translate and eval, in this process.
+  for run in (
+      lambda: inference.score(config, [long_run], PAIRS),
+      lambda: inference.translate(config, [long_run], ['a b']),
+      lambda: inference.evaluate(config, [long_run]),
+  ):
+    with pytest.raises(errors.CheckpointError, match=r'step 2 \(kept: 4, 6\)'):
+      run()
 
 
 def test_keep_every_must_be_a_multiple_of_checkpoint_every():
