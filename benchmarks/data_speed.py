@@ -21,8 +21,8 @@ from benchmarks import train_speed
 from nmt_jax import data
 from nmt_jax.config import validation
 from nmt_jax.data import batching
-from nmt_jax.data import encoding
 from nmt_jax.system import parallel
+from nmt_jax.system import workdir_files
 
 
 def write_synthetic_corpus(
@@ -91,9 +91,10 @@ def bench_data(
     # A scratch workdir, so that a real run's data cache is never touched;
     # a given workdir lends its vocabularies.
     own = os.path.join(scratch, 'workdir')
-    if workdir and os.path.isdir(os.path.join(workdir, 'vocab')):
+    if workdir and os.path.isdir(os.path.join(workdir, workdir_files.VOCAB)):
       shutil.copytree(
-          os.path.join(workdir, 'vocab'), os.path.join(own, 'vocab')
+          os.path.join(workdir, workdir_files.VOCAB),
+          os.path.join(own, workdir_files.VOCAB),
       )
     workdir = own
     vocab_s = cached_s = 0.0
@@ -103,7 +104,7 @@ def bench_data(
       data.load_task(config.data, config.seed, workdir, build_vocab=True)
       vocab_s = time.perf_counter() - start
       shutil.rmtree(
-          os.path.join(workdir, encoding.CACHE_DIR), ignore_errors=True
+          os.path.join(workdir, workdir_files.DATA_CACHE), ignore_errors=True
       )
     start = time.perf_counter()
     # read, encode, filter, cache

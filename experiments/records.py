@@ -16,12 +16,14 @@ import shutil
 import sys
 from typing import List
 
+from nmt_jax.system import workdir_files
+
 FILES = (
-    'config.json',
-    'eval_results.json',
-    'eval_hypotheses.txt',
-    'eval_references.txt',
-    'tau_sweep.json',
+    workdir_files.CONFIG,
+    workdir_files.EVAL_RESULTS,
+    workdir_files.EVAL_HYPOTHESES,
+    workdir_files.EVAL_REFERENCES,
+    workdir_files.TAU_SWEEP,
 )
 
 
@@ -46,20 +48,22 @@ def copy_run(workdir: str, target: str) -> List[str]:
     if os.path.isfile(path):
       shutil.copyfile(path, os.path.join(target, name))
       copied.append(name)
-  metrics = os.path.join(workdir, 'metrics.jsonl')
+  metrics = os.path.join(workdir, workdir_files.METRICS)
   if os.path.isfile(metrics):
     with open(metrics, encoding='utf-8') as f:
       kept = compact_metrics(f.readlines())
     with open(
-        os.path.join(target, 'metrics.jsonl'), 'w', encoding='utf-8'
+        os.path.join(target, workdir_files.METRICS), 'w', encoding='utf-8'
     ) as f:
       f.writelines(kept)
-    copied.append('metrics.jsonl')
+    copied.append(workdir_files.METRICS)
   return copied
 
 
 def main(argv: List[str]) -> int:
-  if len(argv) != 2 or not os.path.isfile(os.path.join(argv[0], 'config.json')):
+  if len(argv) != 2 or not os.path.isfile(
+      os.path.join(argv[0], workdir_files.CONFIG)
+  ):
     print(
         'error: give a workdir (with its config.json) and the records folder:'
         ' python -m experiments.records WORKDIR RECORDS/<run>',

@@ -19,6 +19,7 @@ from nmt_jax.data import text as text_corpus
 from nmt_jax.data import vocab as vocab_lib
 from nmt_jax.data.vocab import EOS
 from nmt_jax.data.vocab import UNK
+from nmt_jax.system import workdir_files
 from nmt_jax.system.errors import DataError
 from nmt_jax.system.errors import UserError
 from tests import conftest
@@ -421,7 +422,7 @@ def test_prepare_train_eval_translate_on_a_text_corpus(text_run, tmp_path):
   away = tmp_path / 'away'
   corpus.rename(away)
   try:
-    cached = os.listdir(os.path.join(workdir, encoding.CACHE_DIR))
+    cached = os.listdir(os.path.join(workdir, workdir_files.DATA_CACHE))
     translated = inference.translate(
         config, [workdir], ['Eins zwei drei.', 'Vier.']
     )
@@ -433,7 +434,7 @@ def test_prepare_train_eval_translate_on_a_text_corpus(text_run, tmp_path):
     )
     assert maps.weights.shape == (len(maps.hypothesis), len(maps.source))
     assert maps.source[-1] == '</s>' and len(maps.source) > 3  # pieces
-    assert os.listdir(os.path.join(workdir, encoding.CACHE_DIR)) == cached
+    assert os.listdir(os.path.join(workdir, workdir_files.DATA_CACHE)) == cached
   finally:
     away.rename(corpus)
 
@@ -699,7 +700,7 @@ def test_second_load_maps_the_encoded_cache_and_changes_invalidate_it(
     tmp_path, monkeypatch
 ):
   prefix, config, workdir, fresh = _cached_corpus(tmp_path)
-  assert len(os.listdir(os.path.join(workdir, encoding.CACHE_DIR))) == 1
+  assert len(os.listdir(os.path.join(workdir, workdir_files.DATA_CACHE))) == 1
 
   def no_reading(*args):
     raise AssertionError('a cache hit must not read the corpus')
@@ -735,7 +736,7 @@ def test_second_load_maps_the_encoded_cache_and_changes_invalidate_it(
       'x y',
       'z',
   ]
-  assert len(os.listdir(os.path.join(workdir, encoding.CACHE_DIR))) == 3
+  assert len(os.listdir(os.path.join(workdir, workdir_files.DATA_CACHE))) == 3
 
 
 @pytest.mark.parametrize(
@@ -744,7 +745,7 @@ def test_second_load_maps_the_encoded_cache_and_changes_invalidate_it(
 def test_a_damaged_encoded_cache_is_encoded_again(tmp_path, damage):
   # E.g. a copy of the workdir cut short: every later run crashed on it.
   _, config, workdir, fresh = _cached_corpus(tmp_path)
-  (entry,) = glob.glob(os.path.join(workdir, encoding.CACHE_DIR, '*'))
+  (entry,) = glob.glob(os.path.join(workdir, workdir_files.DATA_CACHE, '*'))
   if damage == 'truncate':
     path = os.path.join(entry, 'train.source.ids.npy')
     os.truncate(path, os.path.getsize(path) // 2)
@@ -774,8 +775,8 @@ def test_a_workdir_that_cannot_take_the_cache_still_loads(tmp_path):
   config.data.name = f'text:{prefix}'
   workdir = str(tmp_path / 'run')
   data.load_task(config.data, 0, workdir, build_vocab=True)
-  shutil.rmtree(os.path.join(workdir, encoding.CACHE_DIR))
-  with open(os.path.join(workdir, encoding.CACHE_DIR), 'w') as f:
+  shutil.rmtree(os.path.join(workdir, workdir_files.DATA_CACHE))
+  with open(os.path.join(workdir, workdir_files.DATA_CACHE), 'w') as f:
     f.write('not a directory')
   task = data.load_task(config.data, 0, workdir)
   assert len(task.train) == 10
