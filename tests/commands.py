@@ -27,9 +27,15 @@ QUICK = [
 ]
 
 
-def nmt(*args, check=True, input_text=None, timeout=600):
+def nmt(*args, check=True, input_text=None, timeout=600, fork=True):
+  """`python -m nmt_jax.main args` (conftest.run_module)."""
   return conftest.run_module(
-      'nmt_jax.main', *args, check=check, input_text=input_text, timeout=timeout
+      'nmt_jax.main',
+      *args,
+      check=check,
+      input_text=input_text,
+      timeout=timeout,
+      fork=fork,
   )
 
 

@@ -6,6 +6,7 @@ the command runs (train.train_and_evaluate, inference.evaluate), with the
 config the command line gives (commands.cli_config).
 """
 
+import glob
 import json
 import logging
 import os
@@ -35,22 +36,53 @@ from tests.commands import nmt
 from tests.commands import snapshot
 
 ROOT = conftest.ROOT
+# An absl log line and the file that wrote it.
+GLOG = re.compile(r'^[IWEF]\d{4} [\d:.]+\s+\d+ ([\w.-]+):\d+\] ')
 pytestmark = pytest.mark.slow
 
 
 @pytest.fixture(scope='module')
-def trained(tmp_path_factory):
+def trained_process(tmp_path_factory):
+  """(workdir, the CompletedProcess) of a tiny run."""
   runs = tmp_path_factory.mktemp('runs')
   workdir = str(runs / 'tiny')
   # XLA writes every program compiled with config.compiler_options to --xla_dump_to.
-  nmt(
+  # A process of its own, as a user starts it (the other commands here run
+  # as forks of a process that imported the package: tests/forked_commands.py).
+  result = nmt(
       f'--config={CONFIG}',
       f'--workdir={workdir}',
       f'--config.compiler_options=--xla_dump_to={runs / "xla"}',
       '--config.train.attention_images=2',
       *QUICK,
+      fork=False,
   )
-  return workdir
+  return workdir, result
+
+
+@pytest.fixture(scope='module')
+def trained(trained_process):
+  return trained_process[0]
+
+
+def test_a_training_process_prints_only_its_own_log_lines(trained_process):
+  # A process of its own also imports every library: none adds a warning,
+  # a log line of its own or a progress bar to what a user sees.
+  _, result = trained_process
+  sources = {
+      os.path.basename(p)
+      for p in glob.glob(
+          os.path.join(ROOT, 'nmt_jax', '**', '*.py'), recursive=True
+      )
+  }
+  lines = result.stderr.strip().splitlines()
+  assert lines and result.stdout == ''
+  others = [
+      line
+      for line in lines
+      if not (GLOG.match(line) and GLOG.match(line).group(1) in sources)
+  ]
+  assert not others, others
 
 
 def _tensorboard_events(workdir):

@@ -345,7 +345,6 @@ def sweep_mistakes():
   results = conftest.run_module_lines(
       'nmt_jax.sweep',
       [args for args, _ in SWEEP_MISTAKES],
-      preload=('nmt_jax.analysis.sweep_runs', 'nmt_jax.analysis.runs'),
   )
   return {
       tuple(args): result for (args, _), result in zip(SWEEP_MISTAKES, results)

@@ -158,7 +158,6 @@ def bench_mistakes():
           [command, '--config=configs/global_general.py:tiny', flag]
           for command, flag, _ in BENCH_MISTAKES
       ],
-      preload=('nmt_jax.train', 'benchmarks.train_speed'),
   )
   return {
       (command, flag): result

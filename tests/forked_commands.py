@@ -1,0 +1,178 @@
+"""Command lines run as forks of one process that imported the package once.
+
+A `python -m nmt_jax.main ...` of the tests spends about 2.5 s importing
+JAX, Flax, Orbax and the package, and 1 s more importing nltk for RIBES when
+it evaluates: more than a tiny run's training. Each pytest worker keeps one
+server process that has imported those once (it never starts JAX's backend
+or a thread, so forking it is safe) and forks it per command. The child
+takes the command's argv, working directory, stdin, stdout and stderr and
+runs the module as `python -m` does, exit included, so a test sees what a
+user's process prints and writes.
+
+Only commands under the tests' environment (`conftest.subprocess_env()`)
+come here: JAX reads its environment variables when it is imported, so a
+command with another one runs as a process of its own (`conftest.run_module`
+decides). Tests that signal a command or feed it line by line start it with
+subprocess themselves.
+
+  python -m tests.forked_commands   # the server: JSON requests on stdin
+"""
+
+import atexit
+import importlib
+import json
+import os
+import runpy
+import select
+import signal
+import subprocess
+import sys
+import tempfile
+from typing import List, Optional
+
+# Imported once by the server. Not the command-line modules themselves
+# (nmt_jax.main, nmt_jax.sweep, nmt_jax.average, benchmarks.bench define
+# their flags when imported, and each command imports its own afresh).
+PRELOAD = (
+    'nmt_jax.train',
+    'nmt_jax.inference',
+    'nmt_jax.analysis.sweep_runs',
+    'nmt_jax.config.cli_flags',
+    'benchmarks.decode_speed',
+    'nltk.translate.ribes_score',
+    'sacremoses',
+)
+
+
+def _child(request):
+  """Runs one request's module as `python -m` would; never returns."""
+  os.chdir(request['cwd'])
+  for fd, path, flags in (
+      (0, request['stdin'], os.O_RDONLY),
+      (1, request['stdout'], os.O_WRONLY | os.O_CREAT | os.O_TRUNC),
+      (2, request['stderr'], os.O_WRONLY | os.O_CREAT | os.O_TRUNC),
+  ):
+    os.dup2(os.open(path, flags), fd)
+  sys.argv = [request['module'], *request['args']]
+  sys.path[0] = request['cwd']
+  # An exception or SystemExit leaves through the interpreter's own exit,
+  # as the command's would: the same message, exit status and teardown.
+  runpy.run_module(request['module'], run_name='__main__', alter_sys=True)
+  sys.exit(0)
+
+
+def serve():
+  """Reads requests (one JSON line each), forks and answers per command.
+
+  Answers are two JSON lines: {'pid': the child's} at its start and
+  {'exit': its exit status} at its end.
+  """
+  for name in PRELOAD:
+    importlib.import_module(name)
+  requests = os.fdopen(os.dup(0), 'r')
+  replies = os.fdopen(os.dup(1), 'w')
+  # The children get their own streams; nothing of the server's is left on
+  # fds 0 and 1 for them to inherit.
+  null = os.open(os.devnull, os.O_RDWR)
+  os.dup2(null, 0)
+  os.dup2(null, 1)
+  for line in requests:
+    request = json.loads(line)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    pid = os.fork()
+    if pid == 0:
+      requests.close()
+      replies.close()
+      _child(request)
+    replies.write(json.dumps({'pid': pid}) + '\n')
+    replies.flush()
+    _, status = os.waitpid(pid, 0)
+    replies.write(
+        json.dumps({'exit': os.waitstatus_to_exitcode(status)}) + '\n'
+    )
+    replies.flush()
+
+
+class Server:
+  """One forking server process for this test process (started on first use)."""
+
+  def __init__(self, root: str, env: dict):
+    self.root, self.env = root, env
+    self.process: Optional[subprocess.Popen] = None
+
+  def _start(self):
+    self.process = subprocess.Popen(
+        [sys.executable, '-m', 'tests.forked_commands'],
+        cwd=self.root,
+        env=self.env,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+
+  def _reply(self, timeout: float):
+    ready, _, _ = select.select([self.process.stdout], [], [], timeout)
+    if not ready:
+      return None
+    line = self.process.stdout.readline()
+    if not line:
+      raise RuntimeError('the forked-commands server ended')
+    return json.loads(line)
+
+  def run(
+      self,
+      module: str,
+      args: List[str],
+      input_text: Optional[str] = None,
+      timeout: float = 600,
+  ) -> subprocess.CompletedProcess:
+    """`python -m module args` in a fork, as subprocess.run would report it."""
+    if self.process is None or self.process.poll() is not None:
+      self._start()
+    with tempfile.TemporaryDirectory() as folder:
+      stdin = os.path.join(folder, 'stdin')
+      with open(stdin, 'w', encoding='utf-8') as f:
+        f.write(input_text or '')
+      out, err = os.path.join(folder, 'out'), os.path.join(folder, 'err')
+      request = dict(
+          module=module,
+          args=list(args),
+          cwd=self.root,
+          stdin=stdin,
+          stdout=out,
+          stderr=err,
+      )
+      self.process.stdin.write(json.dumps(request) + '\n')
+      self.process.stdin.flush()
+      pid = self._reply(60)['pid']
+      reply = self._reply(timeout)
+      if reply is None:
+        os.kill(pid, signal.SIGKILL)
+        self._reply(60)
+        raise subprocess.TimeoutExpired([module, *args], timeout)
+      read = lambda path: open(path, encoding='utf-8', errors='replace').read()
+      return subprocess.CompletedProcess(
+          [module, *args], reply['exit'], read(out), read(err)
+      )
+
+  def close(self):
+    if self.process is not None and self.process.poll() is None:
+      self.process.stdin.close()
+      self.process.wait(timeout=60)
+
+
+_SERVER: Optional[Server] = None
+
+
+def server(root: str, env: dict) -> Server:
+  """This process's server (one per pytest worker), closed at its exit."""
+  global _SERVER
+  if _SERVER is None:
+    _SERVER = Server(root, env)
+    atexit.register(_SERVER.close)
+  return _SERVER
+
+
+if __name__ == '__main__':
+  serve()
