@@ -6,8 +6,9 @@ it evaluates: more than a tiny run's training. Each pytest worker keeps one
 server process that has imported those once (it never starts JAX's backend
 or a thread, so forking it is safe) and forks it per command. The child
 takes the command's argv, working directory, stdin, stdout and stderr and
-runs the module as `python -m` does, exit included, so a test sees what a
-user's process prints and writes.
+runs the module as `python -m` does (its exit status and message, an
+uncaught exception's traceback), so a test sees what a user's process prints
+and writes.
 
 Only commands under the tests' environment (`conftest.subprocess_env()`)
 come here: JAX reads its environment variables when it is imported, so a
@@ -28,6 +29,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import traceback
 from typing import List, Optional
 
 # Imported once by the server. Not the command-line modules themselves
@@ -44,6 +46,16 @@ PRELOAD = (
 )
 
 
+def _exit_status(code) -> int:
+  """The exit status of SystemExit(code), printing a message as Python does."""
+  if code is None:
+    return 0
+  if isinstance(code, int):
+    return code
+  print(code, file=sys.stderr)
+  return 1
+
+
 def _child(request):
   """Runs one request's module as `python -m` would; never returns."""
   os.chdir(request['cwd'])
@@ -55,10 +67,27 @@ def _child(request):
     os.dup2(os.open(path, flags), fd)
   sys.argv = [request['module'], *request['args']]
   sys.path[0] = request['cwd']
-  # An exception or SystemExit leaves through the interpreter's own exit,
-  # as the command's would: the same message, exit status and teardown.
-  runpy.run_module(request['module'], run_name='__main__', alter_sys=True)
-  sys.exit(0)
+  status = 0
+  try:
+    runpy.run_module(request['module'], run_name='__main__', alter_sys=True)
+  except SystemExit as e:
+    status = _exit_status(e.code)
+  except KeyboardInterrupt:
+    traceback.print_exc()
+    status = -signal.SIGINT
+  except BaseException:  # pylint: disable=broad-except
+    traceback.print_exc()  # as the interpreter prints an uncaught exception
+    status = 1
+  # Ends as multiprocessing's forked children end: the exit handlers and
+  # the streams' buffers run and are flushed, and os._exit skips tearing
+  # down the thousands of modules the server imported (a second a command).
+  atexit._run_exitfuncs()  # pylint: disable=protected-access
+  sys.stdout.flush()
+  sys.stderr.flush()
+  if status < 0:  # killed by a signal, as the interpreter reports SIGINT
+    signal.signal(-status, signal.SIG_DFL)
+    os.kill(os.getpid(), -status)
+  os._exit(status)
 
 
 def serve():
