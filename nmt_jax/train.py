@@ -109,6 +109,14 @@ def with_init_from_learning_rate(config):
   the config.json it wrote.
   """
   step, rate = checkpoint.init_from_learning_rate(config.train.init_from)
+  if not math.isfinite(rate) or rate <= 0:
+    # Checked here: the config's own checks ran before the rate was known.
+    raise errors.ConfigError(
+        f'train.init_from={config.train.init_from!r} trained at learning'
+        f' rate {rate} up to step {step}, which must be a positive number;'
+        ' set train.init_from_learning_rate=False and give'
+        ' train.learning_rate'
+    )
   config = config.copy_and_resolve_references()
   config.train.learning_rate = rate
   logging.info(

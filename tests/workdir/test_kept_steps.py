@@ -193,6 +193,21 @@ def test_fine_tuning_can_start_at_the_parents_last_rate(runs, tmp_path):
     ]
   assert len(rates) == 2  # steps 2 and 4
   np.testing.assert_allclose(rates, 1e-3 / 6, rtol=1e-6)
+  # A parent whose rate reached 0 (or NaN) gives none to start from: refused
+  # before any step, as train.learning_rate=0 would be.
+  for bad in (0.0, float('nan')):
+    for record in records:
+      if record.get('split') == 'train':
+        record['learning_rate'] = bad
+    with open(path, 'w') as f:
+      f.writelines(json.dumps(record) + '\n' for record in records)
+    with pytest.raises(errors.ConfigError) as error:
+      train.train_and_evaluate(
+          cli_config(*tune, '--config.train.num_steps=2'),
+          str(tmp_path / f'child_{bad}'),
+      )
+    assert 'which must be a positive number' in str(error.value)
+    assert not os.path.exists(tmp_path / f'child_{bad}' / 'checkpoints' / '2')
 
 
 def test_the_parents_rate_needs_a_parent():
