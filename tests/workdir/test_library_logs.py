@@ -170,7 +170,10 @@ def test_orbax_logs_from_its_files_and_warns_of_saves_without_metrics(
   # on purpose). Unfiltered here (no policy in the test process).
   records = _Records()
   logger = logging.getLogger('absl')
-  level = absl_logging.get_verbosity()
+  # The logger's own level, restored as it was: set_verbosity(get_verbosity())
+  # would pin an unset level (the root's, INFO under caplog) at WARNING for
+  # every later test of this process.
+  level = logger.level
   absl_logging.set_verbosity(absl_logging.INFO)
   logger.addHandler(records)
   try:
@@ -179,7 +182,7 @@ def test_orbax_logs_from_its_files_and_warns_of_saves_without_metrics(
     ckpts.close()
   finally:
     logger.removeHandler(records)
-    absl_logging.set_verbosity(level)
+    logger.setLevel(level)
   orbax = [r for r in records.records if '/orbax/' in r.pathname]
   assert any(r.levelno == logging.INFO for r in orbax)
   warnings = [r.getMessage() for r in orbax if r.levelno == logging.WARNING]
