@@ -10,11 +10,12 @@ runs the module as `python -m` does (its exit status and message, an
 uncaught exception's traceback), so a test sees what a user's process prints
 and writes.
 
-Only commands under the tests' environment (`conftest.subprocess_env()`)
-come here: JAX reads its environment variables when it is imported, so a
-command with another one runs as a process of its own (`conftest.run_module`
-decides). Tests that signal a command or feed it line by line start it with
-subprocess themselves.
+Only commands under the tests' environment (`conftest.subprocess_env()`),
+or that one with other XLA_FLAGS (XLA reads them when the child starts its
+backend: a device count, say), come here: JAX reads its own variables when
+it is imported, so a command with other ones runs as a process of its own
+(`forkable` decides). Tests that signal a command or feed it line by line
+start it with subprocess themselves.
 
   python -m tests.forked_commands   # the server: JSON requests on stdin
 """
@@ -56,8 +57,29 @@ def _exit_status(code) -> int:
   return 1
 
 
+# The one variable a command's environment may change: read by XLA when the
+# child starts its backend, after the fork.
+CHILD_VARIABLES = ('XLA_FLAGS',)
+
+
+def forkable(env: dict, server_env: dict) -> bool:
+  """Whether a command under `env` may run as a fork of the server."""
+  names = set(env) | set(server_env)
+  return all(
+      env.get(name) == server_env.get(name)
+      for name in names
+      if name not in CHILD_VARIABLES
+  )
+
+
 def _child(request):
-  """Runs one request's module as `python -m` would; never returns."""
+  """Runs one request's module (or code) as `python -m` (`-c`) would; never
+  returns."""
+  for name, value in request['env'].items():
+    if value is None:
+      os.environ.pop(name, None)
+    else:
+      os.environ[name] = value
   os.chdir(request['cwd'])
   for fd, path, flags in (
       (0, request['stdin'], os.O_RDONLY),
@@ -65,11 +87,15 @@ def _child(request):
       (2, request['stderr'], os.O_WRONLY | os.O_CREAT | os.O_TRUNC),
   ):
     os.dup2(os.open(path, flags), fd)
-  sys.argv = [request['module'], *request['args']]
   sys.path[0] = request['cwd']
   status = 0
   try:
-    runpy.run_module(request['module'], run_name='__main__', alter_sys=True)
+    if request['module'] is None:  # python -c CODE ARGS
+      sys.argv = ['-c', *request['args']]
+      exec(compile(request['code'], '<string>', 'exec'), {'__name__': '__main__'})  # pylint: disable=exec-used
+    else:
+      sys.argv = [request['module'], *request['args']]
+      runpy.run_module(request['module'], run_name='__main__', alter_sys=True)
   except SystemExit as e:
     status = _exit_status(e.code)
   except KeyboardInterrupt:
@@ -151,12 +177,18 @@ class Server:
 
   def run(
       self,
-      module: str,
+      module: Optional[str],
       args: List[str],
       input_text: Optional[str] = None,
       timeout: float = 600,
+      env: Optional[dict] = None,
+      code: Optional[str] = None,
   ) -> subprocess.CompletedProcess:
-    """`python -m module args` in a fork, as subprocess.run would report it."""
+    """`python -m module args` (or, module None, `python -c code args`) in a
+    fork, as subprocess.run would report it. `env`: the command's, one
+    `forkable` accepts (the caller checks; default: the server's)."""
+    env = self.env if env is None else env
+    command = ['-m', module] if module else ['-c', code]
     if self.process is None or self.process.poll() is not None:
       self._start()
     with tempfile.TemporaryDirectory() as folder:
@@ -166,7 +198,9 @@ class Server:
       out, err = os.path.join(folder, 'out'), os.path.join(folder, 'err')
       request = dict(
           module=module,
+          code=code,
           args=list(args),
+          env={name: env.get(name) for name in CHILD_VARIABLES},
           cwd=self.root,
           stdin=stdin,
           stdout=out,
@@ -179,10 +213,10 @@ class Server:
       if reply is None:
         os.kill(pid, signal.SIGKILL)
         self._reply(60)
-        raise subprocess.TimeoutExpired([module, *args], timeout)
+        raise subprocess.TimeoutExpired([*command, *args], timeout)
       read = lambda path: open(path, encoding='utf-8', errors='replace').read()
       return subprocess.CompletedProcess(
-          [module, *args], reply['exit'], read(out), read(err)
+          [*command, *args], reply['exit'], read(out), read(err)
       )
 
   def close(self):

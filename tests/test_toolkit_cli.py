@@ -39,6 +39,7 @@ from nmt_jax.system import errors
 from nmt_jax.training import steps
 from nmt_jax.workdir import writers
 from tests import conftest
+from tests.commands import QUICK
 from tests.commands import cli_config
 from tests.commands import copy_reading_backwards
 from tests.commands import final_params
@@ -434,7 +435,7 @@ def test_plateau_decay_and_early_stopping_are_kept_across_a_resume(tmp_path):
       '--config.train.plateau_decay=0.5',
       '--config.train.plateau_patience=1',
       '--config.train.early_stopping_patience=3',
-      '--config.decode.beam_size=1',
+      *QUICK,
   ]
   run = lambda num_steps: train.train_and_evaluate(
       cli_config(*args, f'--config.train.num_steps={num_steps}'), workdir
@@ -475,7 +476,7 @@ def test_the_best_validation_is_saved_between_checkpoint_steps(tmp_path):
       '--config.train.eval_every=10',
       '--config.train.checkpoint_every=1000',
       '--config.train.early_stopping_patience=3',
-      '--config.decode.beam_size=1',
+      *QUICK,
   )
   train.train_and_evaluate(config, workdir)
   bleu = {

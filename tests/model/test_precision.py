@@ -126,6 +126,7 @@ def test_bfloat16_training_stores_float32_and_evaluates_in_float32(tmp_path):
   config.model.dtype = 'bfloat16'
   config.decode.beam_size = 1
   config.train.eval_num_sentences = 8
+  config.data.num_buckets = 1  # one training step to compile
   workdir = str(tmp_path / 'run')
   trained = train.train_and_evaluate(config, workdir)
   # Parameters (and the optimizer state) are stored in float32.

@@ -2,8 +2,6 @@
 move between device counts, and device-count mistakes are one-line errors."""
 
 import json
-import subprocess
-import sys
 
 import numpy as np
 import pytest
@@ -30,17 +28,17 @@ for args in sys.argv[1:]:
 """
 
 
-def python_on_devices(devices, *args, timeout=600):
-  """`python ARGS` in the repository on `devices` fake CPU devices."""
+def devices_env(devices):
+  """The tests' environment with `devices` fake CPU devices."""
   env = conftest.subprocess_env()
   env['XLA_FLAGS'] += f' --xla_force_host_platform_device_count={devices}'
-  return subprocess.run(
-      [sys.executable, *args],
-      cwd=ROOT,
-      env=env,
-      capture_output=True,
-      text=True,
-      timeout=timeout,
+  return env
+
+
+def python_on_devices(devices, code, *args, timeout=600):
+  """`python -c code args` in the repository on `devices` fake CPU devices."""
+  return conftest.run_code(
+      code, *args, check=False, timeout=timeout, env=devices_env(devices)
   )
 
 
@@ -49,7 +47,6 @@ def run_workers(tmp_path, devices, runs):
   outs = {name: str(tmp_path / f'{name}.npz') for name in runs}
   result = python_on_devices(
       devices,
-      '-c',
       DRIVER,
       *(
           json.dumps([outs[name], f'--steps={STEPS}', *args])
@@ -139,7 +136,9 @@ def test_checkpoint_moves_between_device_counts(runs):
 
 
 def nmt_on_devices(devices, *args):
-  return python_on_devices(devices, '-m', 'nmt_jax.main', *args, timeout=300)
+  return conftest.run_module(
+      'nmt_jax.main', *args, check=False, timeout=300, env=devices_env(devices)
+  )
 
 
 @pytest.mark.parametrize(
@@ -236,7 +235,7 @@ print(json.dumps(out))
 
 
 def decode_on_devices(devices):
-  result = python_on_devices(devices, '-c', DECODE_DRIVER)
+  result = python_on_devices(devices, DECODE_DRIVER)
   assert result.returncode == 0, result.stderr[-3000:]
   return json.loads(result.stdout.strip().splitlines()[-1])
 
