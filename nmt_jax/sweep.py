@@ -22,6 +22,8 @@
   # Flexible attention: evaluate one trained model at several tau (writes
   # <workdir>/tau_sweep.json; the config is the workdir's unless --config).
   python -m nmt_jax.sweep tau --workdir=runs/flexible --beam_size=5
+  # ... with tau chosen on dev as Shu & Nakayama did, then scored on test
+  python -m nmt_jax.sweep tau --workdir=runs/flexible --select_on_dev
 
 Several `run` processes over one sweep (one per core, `taskset -c i`,
 started a few seconds apart) share its runs out: each skips the runs another
@@ -145,6 +147,13 @@ _TAUS = flags.DEFINE_list(
 )
 _BEAM = flags.DEFINE_integer(
     'beam_size', 1, 'tau: beam size of the decoding at each tau.'
+)
+_SELECT_ON_DEV = flags.DEFINE_bool(
+    'select_on_dev',
+    False,
+    "tau: Shu & Nakayama's protocol: every tau on the validation split, the"
+    ' largest window reduction within 0.5 BLEU of tau = inf chosen, then'
+    ' it and inf scored on test (tau_sweep.json: selections).',
 )
 
 
@@ -283,7 +292,10 @@ def tau():
     raise errors.ConfigError(
         f'--taus={",".join(_TAUS.value)} must be numbers (inf = no pruning)'
     ) from None
-  tau_sweep.tau_sweep(config, _WORKDIR.value, taus, _BEAM.value)
+  if _SELECT_ON_DEV.value:
+    tau_sweep.select_on_dev(config, _WORKDIR.value, taus, _BEAM.value)
+  else:
+    tau_sweep.tau_sweep(config, _WORKDIR.value, taus, _BEAM.value)
 
 
 COMMANDS = {'run': run_runs, 'aggregate': aggregate, 'tau': tau}

@@ -258,10 +258,17 @@ def plot_tau_tradeoff(
           f'{run.workdir} has no tau_sweep.json; run python -m nmt_jax.sweep'
           f' tau --config=... --workdir={run.workdir}'
       )
-    beams = sorted({r.get('beam_size') for r in run.tau_sweep}, key=str)
+    # The test split's curve (a sweep on dev chose tau for it).
+    split = (
+        'test' if any(r.get('split') == 'test' for r in run.tau_sweep) else None
+    )
+    swept = [
+        r for r in run.tau_sweep if split is None or r.get('split') == split
+    ]
+    beams = sorted({r.get('beam_size') for r in swept}, key=str)
     for beam in beams:  # one curve per beam size
       rows = sorted(
-          (r for r in run.tau_sweep if r.get('beam_size') == beam),
+          (r for r in swept if r.get('beam_size') == beam),
           key=lambda r: float(r['tau']),
       )
       label = run.name if len(beams) == 1 else f'{run.name} (beam {beam})'

@@ -135,6 +135,9 @@ COLUMNS = (
     ('bleu', 'eval:bleu'),
     ('chrf', 'eval:chrf'),
     ('avg_window', 'eval:avg_window'),
+    # Shu & Nakayama's ratio of means, and the mean of per-sentence ones.
+    ('window_reduction', 'eval:window_reduction'),
+    ('window_reduction_per_sentence', 'eval:window_reduction_per_sentence'),
     ('avg_computed', 'eval:avg_computed'),
     ('avg_source_length', 'eval:avg_source_length'),
     ('decode_ms_per_sentence', 'eval:decode_ms_per_sentence'),

@@ -193,6 +193,13 @@ def window_metrics(windows, source_lengths) -> Dict[str, float]:
                            bucket width, global attention's padded length.
     *_fraction             the per-sentence means divided by that sentence's
                            source length, averaged over sentences.
+    window_reduction       Shu & Nakayama's reduction, a ratio of means:
+                           1 - avg_window / avg_source_length (their 56% is
+                           1 - 10.7 / 24.4).
+    window_reduction_per_sentence
+                           1 - avg_window_fraction: the mean over sentences
+                           of each one's reduction; short sentences weigh as
+                           much as long ones.
     avg_source_length      mean source length.
     avg_steps              (step, hypothesis) pairs per sentence: its
                            length (EOS included) in greedy search, the
@@ -202,9 +209,12 @@ def window_metrics(windows, source_lengths) -> Dict[str, float]:
     windows, source_lengths = loop.Windows(*np.zeros((3, 1))), np.ones(1)
   steps = np.maximum(windows.steps, 1.0)
   window, computed = windows.window / steps, windows.computed / steps
+  fraction = float(np.mean(window / source_lengths))
   return {
       'avg_window': float(np.mean(window)),
-      'avg_window_fraction': float(np.mean(window / source_lengths)),
+      'avg_window_fraction': fraction,
+      'window_reduction': float(1 - np.mean(window) / np.mean(source_lengths)),
+      'window_reduction_per_sentence': 1 - fraction,
       'avg_window_steps': float(np.sum(windows.window) / np.sum(steps)),
       'avg_computed': float(np.mean(computed)),
       'avg_computed_fraction': float(np.mean(computed / source_lengths)),

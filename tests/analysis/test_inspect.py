@@ -19,6 +19,7 @@ from nmt_jax.analysis import plots
 from nmt_jax.analysis import runs as runs_lib
 from nmt_jax.analysis import significance
 from nmt_jax.analysis import sweep_runs as sweep_lib
+from nmt_jax.analysis import tau_sweep
 from nmt_jax.system import errors
 from nmt_jax.workdir import run_config
 from tests import conftest
@@ -615,6 +616,45 @@ def test_tau_sweep_rows(runs):
   )
   labels = [line.get_label() for line in figure.axes[0].get_lines()]
   assert labels == ['flexible (beam 1)', 'flexible (beam 2)']
+  # Shu & Nakayama's protocol: every tau on dev, the rule's choice on test.
+  sweep(
+      'tau', f'--workdir={runs["root"]}/flexible', '--taus=0.5,2',
+      '--beam_size=1', '--select_on_dev',
+  )  # fmt: skip
+  with open(os.path.join(runs['root'], 'flexible', 'tau_sweep.json')) as f:
+    content = json.load(f)
+  (selection,) = content['selections']
+  dev = [r for r in content['rows'] if r['beam_size'] == 1]
+  assert sorted(float(r['tau']) for r in dev) == [0.5, 2.0, float('inf')]
+  # The copy task has no test split: the validation split is scored again
+  # (the same BLEU; the rows keep the last decoding's times).
+  assert selection['tau'] == tau_sweep.select_tau(dev)['tau']
+  assert selection['test'] == next(
+      r for r in dev if r['tau'] == selection['tau']
+  )
+  assert selection['test_unpruned'] == dev[-1]
+  assert selection['validation']['bleu'] == selection['test']['bleu']
+  # The test curve is the one plotted; the dev rows are not points on it.
+  figure = plots.plot_tau_tradeoff(
+      [runs_lib.load_run(f'{runs["root"]}/flexible')]
+  )
+  greedy, _ = figure.axes[0].get_lines()
+  assert len(greedy.get_xdata()) == 3
+
+
+def test_tau_is_chosen_by_the_largest_reduction_within_half_a_bleu():
+  rows = [
+      {'tau': float('inf'), 'bleu': 30.0, 'window_reduction': 0.0},
+      {'tau': 1.6, 'bleu': 29.6, 'window_reduction': 0.4},
+      {'tau': 1.2, 'bleu': 29.5, 'window_reduction': 0.5},  # at the limit
+      {'tau': 0.8, 'bleu': 29.4, 'window_reduction': 0.6},  # 0.6 below
+  ]
+  assert tau_sweep.select_tau(rows)['tau'] == 1.2
+  assert tau_sweep.select_tau(rows, tolerance=0.45)['tau'] == 1.6
+  # Nothing within: the unpruned model itself.
+  assert tau_sweep.select_tau(rows[:1] + rows[3:])['tau'] == float('inf')
+  with pytest.raises(errors.ConfigError, match='tau = inf'):
+    tau_sweep.select_tau(rows[1:])
 
 
 def test_translate_with_attention(runs):

@@ -69,6 +69,8 @@ def test_window_metrics_average_sentences_then_steps():
   expected = {
       'avg_window': (3 + 5) / 2,  # Shu: per sentence, then over sentences
       'avg_window_fraction': (3 / 4 + 5 / 10) / 2,
+      'window_reduction': 1 - 4 / 7,  # ratio of means
+      'window_reduction_per_sentence': 1 - (3 / 4 + 5 / 10) / 2,
       'avg_window_steps': 26 / 6,  # pooled over the 6 steps
       'avg_computed': (8 + 16) / 2,
       'avg_computed_fraction': (8 / 4 + 16 / 10) / 2,
@@ -80,6 +82,37 @@ def test_window_metrics_average_sentences_then_steps():
       loop.Windows(*np.zeros((3, 0))), np.zeros(0)
   )
   assert all(np.isfinite(v) for v in empty.values())
+
+
+def test_the_window_reduction_is_a_ratio_of_means_as_shu_and_nakayama_report():
+  # Their 56%: a mean window of 10.7 positions against sources of 24.4.
+  windows = loop.Windows(
+      window=np.array([10.7 * 3]), computed=np.zeros(1), steps=np.array([3.0])
+  )
+  paper = evaluation.window_metrics(windows, np.array([24.4]))
+  assert round(100 * paper['window_reduction']) == 56
+  # Sources of 5, 20 and 35 tokens, windows of 4, 8 and 10 at every step:
+  # the short sentence keeps 80% of its source and pulls the per-sentence
+  # mean down; the ratio of means weighs positions, not sentences.
+  lengths = np.array([5.0, 20.0, 35.0])
+  steps = np.array([6.0, 21.0, 40.0])
+  windows = loop.Windows(
+      window=np.array([4.0, 8.0, 10.0]) * steps,
+      computed=lengths * steps,
+      steps=steps,
+  )
+  result = evaluation.window_metrics(windows, lengths)
+  assert result['window_reduction'] == pytest.approx(1 - 22 / 60)
+  assert result['window_reduction_per_sentence'] == pytest.approx(
+      1 - (4 / 5 + 8 / 20 + 10 / 35) / 3
+  )
+  assert result['window_reduction'] > result['window_reduction_per_sentence']
+  # Nothing pruned: no reduction by either measure.
+  full = evaluation.window_metrics(
+      loop.Windows(lengths * steps, lengths * steps, steps), lengths
+  )
+  assert full['window_reduction'] == pytest.approx(0.0, abs=1e-12)
+  assert full['window_reduction_per_sentence'] == pytest.approx(0.0, abs=1e-12)
 
 
 def test_tokenized_bleu_scores_moses_tokens_of_detokenized_text():
