@@ -15,7 +15,9 @@
   # Workdirs (or every workdir under a root) -> CSV and markdown table;
   # --pivot=L adds one row per model with BLEU and decoding time under each L
   # (Britz et al.'s Table 1); --by_length BLEU per source-length bin;
-  # --paired_with=RUN each run against RUN by paired bootstrap resampling.
+  # --paired_with=RUN each run against RUN by paired bootstrap resampling;
+  # runs named NAME/seedN are grouped by NAME (mean ± sd over seeds), and
+  # --paired_with=NAME compares the groups seed for seed, with an outcome.
   python -m nmt_jax.sweep aggregate --root=runs/britz \\
       --csv=runs/britz/results.csv --markdown=runs/britz/results.md --pivot=L
 
@@ -47,6 +49,7 @@ from absl import logging
 from ml_collections import config_flags
 
 from nmt_jax.analysis import runs as runs_lib
+from nmt_jax.analysis import seeds
 from nmt_jax.analysis import significance
 from nmt_jax.analysis import sweep_runs
 from nmt_jax.analysis import tau_sweep
@@ -138,7 +141,14 @@ _PAIRED_WITH = flags.DEFINE_string(
     None,
     'aggregate: also test each evaluated run against this one (its name'
     ' under --root, or a workdir) by paired bootstrap resampling of test'
-    ' BLEU.',
+    ' BLEU; a group of seeds (runs NAME/seedN: give NAME) is compared to'
+    ' every other group seed for seed (nmt_jax/analysis/seeds.py).',
+)
+_LEVEL_MARGIN = flags.DEFINE_float(
+    'level_margin',
+    seeds.LEVEL_MARGIN,
+    'aggregate: a seed comparison is "level" when its 95% interval lies'
+    ' within +-this many BLEU.',
 )
 _TAUS = flags.DEFINE_list(
     'taus',
@@ -258,10 +268,15 @@ def aggregate():
   if _BY_LENGTH.value:
     table += '\n\nBLEU by source length (tokens; sentences):\n\n'
     table += runs_lib.length_table(workdirs, _ROOT.value)
-  if _PAIRED_WITH.value:
+  reference = _PAIRED_WITH.value
+  if reference and not seeds.is_group(reference, rows):
     table += '\n\n' + significance.table_against(
-        workdirs, _PAIRED_WITH.value, _ROOT.value
+        workdirs, reference, _ROOT.value
     )
+    reference = None
+  seed_table = seeds.table(rows, workdirs, reference, _LEVEL_MARGIN.value)
+  if seed_table:
+    table += '\n\n' + seed_table
   if _MARKDOWN.value:
     with open(_MARKDOWN.value, 'w', encoding='utf-8') as f:
       f.write(table + '\n')
