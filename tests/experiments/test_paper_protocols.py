@@ -1,11 +1,15 @@
 """configs/sweeps/paper_protocols.py: the papers' comparisons, three seeds."""
 
 import collections
+import os
+import shlex
+import subprocess
 
 import pytest
 
 from nmt_jax.analysis import sweep_runs
 from nmt_jax.system import errors
+from tests import conftest
 
 SWEEP = 'configs/sweeps/paper_protocols.py'
 
@@ -57,3 +61,52 @@ def test_the_chosen_memory_combination_gets_seeds_two_and_three():
 def test_a_wrong_argument_is_one_line(arg):
   with pytest.raises(errors.ConfigError, match='paper_protocols.py'):
     sweep_runs.load_sweep(f'{SWEEP}:{arg}', {})
+
+
+def _script(*args, **env):
+  return subprocess.run(
+      ['bash', 'experiments/paper_protocols/run.sh', *args],
+      cwd=conftest.ROOT,
+      env=dict(os.environ, **env),
+      capture_output=True,
+      text=True,
+      timeout=60,
+  )
+
+
+def test_the_script_trains_on_every_core_then_chooses_tau_and_tabulates(
+    tmp_path,
+):
+  result = _script(
+      str(tmp_path / 'runs'), '--dry-run', CORES='2', DATA='/d',
+      CORPUS='help', SETTINGS='max_length=100',
+  )  # fmt: skip
+  assert result.returncode == 0, result.stderr
+  commands = [shlex.split(line) for line in result.stdout.splitlines()[1:]]
+  train = [c for c in commands if 'run' in c and 'nmt_jax.sweep' in c]
+  assert [c[:3] for c in train] == [
+      ['taskset', '-c', '0'],
+      ['taskset', '-c', '1'],
+  ]
+  for command in train:
+    assert f'--sweep={SWEEP}:/d,max_length=100' in command
+  tau = [c for c in commands if 'tau' in c]
+  assert [c[c.index('tau') + 1] for c in tau] == [
+      f'--workdir={tmp_path}/runs/flexible_rnnsearch_finetune/seed{s}'
+      for s in (1, 2, 3)
+  ]
+  assert all('--select_on_dev' in c for c in tau)
+  tables = [c for c in commands if 'aggregate' in c]
+  assert [c[-2] for c in tables] == [
+      f'--paired_with={r}'
+      for r in ('global_general', 'global_concat', 'flexible_rnnsearch')
+  ]
+
+
+def test_the_script_without_its_data_is_one_line(tmp_path):
+  result = _script(str(tmp_path), CORPUS='gettext')
+  assert result.returncode == 2
+  assert result.stderr.strip().splitlines() == [
+      'error: set DATA to the folder parity prepare wrote (pieces.train.en,'
+      ' ...)'
+  ]
