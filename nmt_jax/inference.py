@@ -310,11 +310,13 @@ def alignments_file(config, output: Optional[str]) -> Optional[str]:
 
 
 def checked_alignments_file(config, output: Optional[str]) -> Optional[str]:
-  """alignments_file(), its folder checked writable (a UserError if not)."""
+  """alignments_file(), checked before decoding: a writable folder, and no
+  device, FIFO or socket at the path (the .npz is written whole, renamed over
+  it). A UserError in one line if not."""
   path = alignments_file(config, output)
   if path is None:
     return None
-  return writers.check_writable(path, 'config.decode.alignments_file')
+  return writers.check_regular_file(path, 'config.decode.alignments_file')
 
 
 def translate(

@@ -40,6 +40,7 @@ from nmt_jax.training import progress as progress_lib
 from nmt_jax.training import steps
 from nmt_jax.workdir import checkpoint
 from nmt_jax.workdir import folders
+from nmt_jax.workdir import init_from
 from nmt_jax.workdir import locks
 from nmt_jax.workdir import resume
 from nmt_jax.workdir import run_config
@@ -108,7 +109,7 @@ def with_init_from_learning_rate(config):
   Resolved the same way on every start, so a resumed fine-tuning run matches
   the config.json it wrote.
   """
-  step, rate = checkpoint.init_from_learning_rate(config.train.init_from)
+  step, rate = init_from.init_from_learning_rate(config.train.init_from)
   if not math.isfinite(rate) or rate <= 0:
     # Checked here: the config's own checks ran before the rate was known.
     raise errors.ConfigError(
@@ -305,7 +306,7 @@ def _train_and_evaluate(
       )
       logging.info('resuming from step %d', start)
     elif t.init_from:
-      params, from_step = checkpoint.load_params_from(
+      params, from_step = init_from.load_params_from(
           t.init_from,
           config,
           checkpoint.abstract(state.params),

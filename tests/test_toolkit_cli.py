@@ -18,6 +18,7 @@ import json
 import os
 import shutil
 import signal
+import stat
 import subprocess
 import sys
 
@@ -220,6 +221,19 @@ def test_nbest_first_lines_are_the_translations(copy_model, tmp_path):
       )
       == best
   )
+  # A FIFO (or a device) named as the file is refused, never replaced by
+  # one: before decoding on the command line, at the write here.
+  fifo = tmp_path / 'fifo'
+  os.mkfifo(fifo)
+  to_fifo = _config(
+      '--config.decode.alignments=soft',
+      f'--config.decode.alignments_file={fifo}',
+  )
+  with pytest.raises(errors.WriteError, match='is a FIFO'):
+    inference.checked_alignments_file(to_fifo, None)
+  with pytest.raises(errors.WriteError, match='is a FIFO'):
+    inference.translate(to_fifo, [copy_model], sources)
+  assert stat.S_ISFIFO(os.stat(fifo).st_mode)
   with np.load(tmp_path / 'out.txt.alignments.npz') as matrices:
     assert sorted(matrices.files) == ['0', '1', '3']
     for index in (0, 1, 3):

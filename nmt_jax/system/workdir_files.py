@@ -5,6 +5,7 @@
     <workdir>/lock                 one writing run at a time (locks)
     <workdir>/checkpoints/<step>   Orbax checkpoints (checkpoint)
     <workdir>/checkpoints/corrupt/ damaged ones, set aside
+    <workdir>/kept_steps.json      the steps train.keep_every kept (kept_steps)
     <workdir>/vocab/               the vocabularies training built (data)
     <workdir>/data_cache/<key>/    the encoded corpus (data.encoding)
     <workdir>/eval_*               the last evaluation (inference)
@@ -22,6 +23,7 @@ METRICS = 'metrics.jsonl'
 LOCK = 'lock'
 CHECKPOINTS = 'checkpoints'
 CORRUPT = 'corrupt'  # under CHECKPOINTS
+KEPT_STEPS = 'kept_steps.json'
 VOCAB = 'vocab'
 DATA_CACHE = 'data_cache'
 

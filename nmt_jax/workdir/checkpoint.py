@@ -29,10 +29,9 @@ from nmt_jax.system import parallel
 from nmt_jax.system import workdir_files
 from nmt_jax.system.errors import CheckpointError
 from nmt_jax.workdir import integrity
+from nmt_jax.workdir import kept_steps
 from nmt_jax.workdir import library_logs
 from nmt_jax.workdir import locks
-from nmt_jax.workdir import run_config
-from nmt_jax.workdir import writers
 from nmt_jax.workdir.integrity import DamagedCheckpoint
 
 policies = ocp.checkpoint_managers
@@ -81,6 +80,15 @@ class Checkpoints:
     ]
     if keep_every:
       keeping.append(policies.EveryNSteps(keep_every))
+    # A resume never deletes what an earlier keep_every kept.
+    self._workdir, self._keep_every = workdir, keep_every
+    self._kept = (
+        kept_steps.read(workdir, self.directory, keep_every)
+        if create
+        else set()
+    )
+    if self._kept:
+      keeping.append(policies.CustomSteps(sorted(self._kept)))
     options = ocp.CheckpointManagerOptions(
         create=create,
         enable_async_checkpointing=True,
@@ -153,6 +161,9 @@ class Checkpoints:
           metrics=None if bleu is None else {'bleu': float(bleu)},
           force=True,
       )
+    if self._keep_every and step % self._keep_every == 0:
+      self._kept.add(step)
+      kept_steps.write(self._workdir, self._kept)
 
   @contextlib.contextmanager
   def _writing(self, step):
@@ -481,75 +492,6 @@ def check_vocab(meta: Dict, task: dataset.Task, where: str):
           f'({len(stored)} tokens, now {len(vocab.tokens)}); use the data '
           'config it was trained with or a new --workdir'
       )
-
-
-def _check_init_from(workdir: str):
-  config_path = os.path.join(workdir, workdir_files.CONFIG)
-  if not os.path.exists(config_path) or not has_checkpoints(workdir):
-    raise CheckpointError(
-        f'train.init_from={workdir!r} has no config.json and checkpoints; '
-        'point it at the workdir of a finished training run'
-    )
-
-
-def init_from_learning_rate(workdir: str) -> Tuple[int, float]:
-  """(best step, learning rate there) of another workdir (train.init_from).
-
-  The rate is the one its training steps up to that checkpoint ran at last:
-  the latest metrics.jsonl 'train' record at or before the step (the
-  schedule times the plateau decays so far).
-  """
-  _check_init_from(workdir)
-  ckpts = Checkpoints(workdir, create=False)
-  try:
-    step = ckpts.best_step()
-  finally:
-    ckpts.close()
-  rates = [
-      record['learning_rate']
-      for record in writers.read_metrics(workdir)
-      if record.get('split') == 'train'
-      and 'learning_rate' in record
-      and record.get('step', 0) <= step
-  ]
-  if not rates:
-    raise CheckpointError(
-        f'train.init_from={workdir!r} has no training record up to step'
-        f' {step} in metrics.jsonl to take the learning rate from; set'
-        ' train.init_from_learning_rate=False and give train.learning_rate'
-    )
-  return step, float(rates[-1])
-
-
-def load_params_from(
-    workdir: str,
-    config,
-    abstract_params,
-    mesh,
-    task=None,
-    step: Optional[int] = None,
-):
-  """(params, step) of another workdir (train.init_from): its best or `step`.
-
-  They are checked against this model (and `task`'s vocabularies: the same
-  ids must mean the same words).
-  """
-  _check_init_from(workdir)
-  other_kind = run_config.load_config(workdir).model.attention.kind
-  if other_kind != config.model.attention.kind:
-    raise CheckpointError(
-        f'train.init_from={workdir!r} trained attention kind {other_kind!r}, '
-        f'this config {config.model.attention.kind!r}; fine-tune a workdir '
-        'of the same kind'
-    )
-  return best_params(
-      workdir,
-      abstract_params,
-      mesh,
-      f'this model (train.init_from={workdir})',
-      task,
-      step,
-  )
 
 
 def best_params(

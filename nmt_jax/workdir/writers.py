@@ -12,6 +12,7 @@ import json
 import math
 import numbers
 import os
+import stat
 import time
 from typing import Any, Callable, Dict, Optional
 
@@ -121,11 +122,38 @@ def _write_atomically(
 
   A crash never leaves half a file; a failure leaves no temporary file.
   """
+  # A link is written at its target (replacing it would lose the link); a
+  # device, FIFO or socket is never replaced by a regular file.
+  path = os.path.realpath(path)
+  _refuse_special(path, path)
   tmp = f'{path}.tmp-{os.getpid()}'
   with _one_line_errors(path, tmp):
     with open(tmp, 'wb') if binary else open(tmp, 'w', encoding='utf-8') as f:
       write(f)
     os.replace(tmp, path)
+
+
+def _kind(path: str) -> str:
+  mode = os.stat(path).st_mode
+  for test, kind in (
+      (stat.S_ISFIFO, 'a FIFO'),
+      (stat.S_ISCHR, 'a character device'),
+      (stat.S_ISBLK, 'a block device'),
+      (stat.S_ISSOCK, 'a socket'),
+  ):
+    if test(mode):
+      return kind
+  return 'not a regular file'
+
+
+def _refuse_special(path: str, shown: str, flag: Optional[str] = None):
+  """WriteError when `path` exists and is neither a regular file nor a folder."""
+  if os.path.exists(path) and not (os.path.isfile(path) or os.path.isdir(path)):
+    name = f'--{flag}={shown}' if flag else shown
+    raise errors.WriteError(
+        f'{name} is {_kind(path)}, and this file is written whole (a'
+        ' temporary file renamed over it); give the path of a regular file'
+    )
 
 
 def write_json(path: str, obj: Dict[str, Any]):
@@ -164,6 +192,14 @@ def check_writable(path: str, flag: str) -> str:
     raise errors.UserError(
         f'--{flag}={path} cannot be written; give a writable file path'
     )
+  return target
+
+
+def check_regular_file(path: str, flag: str) -> str:
+  """check_writable for a file written whole (write_npz, write_json): an
+  existing device, FIFO or socket there is refused, never replaced."""
+  target = check_writable(path, flag)
+  _refuse_special(target, path, flag)
   return target
 
 

@@ -19,6 +19,7 @@ from nmt_jax import train
 from nmt_jax.config import validation
 from nmt_jax.system import errors
 from nmt_jax.workdir import checkpoint
+from nmt_jax.workdir import init_from
 from tests.commands import QUICK
 from tests.commands import cli_config
 from tests.commands import final_params
@@ -103,6 +104,26 @@ def test_a_step_not_kept_is_one_error_naming_the_kept_ones(runs):
       run()
 
 
+def test_a_resume_without_keep_every_deletes_no_kept_step(runs, tmp_path):
+  long_run, _ = runs
+  with open(os.path.join(long_run, 'kept_steps.json')) as f:
+    assert json.load(f) == {'steps': [4]}
+  listed, older = str(tmp_path / 'listed'), str(tmp_path / 'older')
+  shutil.copytree(long_run, listed)
+  shutil.copytree(long_run, older)
+  # A workdir from before kept_steps.json: its config.json says keep_every=4.
+  os.remove(os.path.join(older, 'kept_steps.json'))
+  for workdir in (listed, older):
+    for steps in (8, 10):  # twice: the second resume's config.json says 0
+      train.train_and_evaluate(
+          cli_config(*RUN, f'--config.train.num_steps={steps}'),
+          workdir,
+          evaluate=False,
+      )
+      assert 4 in _steps(workdir) and steps in _steps(workdir)
+  assert _steps(listed) == _steps(older)
+
+
 def test_keep_every_must_be_a_multiple_of_checkpoint_every():
   config = cli_config(*RUN, '--config.train.keep_every=3')
   with pytest.raises(errors.ConfigError, match='multiple of'):
@@ -167,7 +188,7 @@ def test_fine_tuning_can_start_at_the_parents_last_rate(runs, tmp_path):
   logged = [r['step'] for r in records if r.get('split') == 'train']
   assert logged == [2, 4, 6]
   # Only step 6 was validated, so it is the best (step 4 is kept too).
-  assert checkpoint.init_from_learning_rate(parent) == (6, 1e-3 / 6)
+  assert init_from.init_from_learning_rate(parent) == (6, 1e-3 / 6)
 
   child = str(tmp_path / 'child')
   tune = [
