@@ -177,6 +177,11 @@ def run_runs():
     raise errors.ConfigError(
         "run needs --root=DIR, the parent of the runs' workdirs"
     )
+  if os.path.exists(_ROOT.value) and not os.path.isdir(_ROOT.value):
+    raise errors.ConfigError(
+        f'--root={_ROOT.value} is a file; give a folder for the runs'
+        ' (it is made if it does not exist)'
+    )
   given_config = _CONFIG.value is not None or bool(_GRID.value)
   if bool(_SWEEP.value) == bool(_CONFIG.value is not None and _GRID.value):
     raise errors.ConfigError(

@@ -145,18 +145,50 @@ def load_sweep(spec: str, common: Dict[str, object]) -> List[Run]:
   module_spec = importlib.util.spec_from_file_location(
       'nmt_jax_sweep_file', path
   )
+  if module_spec is None:  # not a .py file
+    raise errors.ConfigError(
+        f'sweep file {path} is not a Python file; give a .py file with'
+        ' get_sweep(arg) (see configs/sweeps/)'
+    )
   module = importlib.util.module_from_spec(module_spec)
-  module_spec.loader.exec_module(module)
+  try:
+    module_spec.loader.exec_module(module)
+  except SyntaxError as e:
+    raise errors.ConfigError(
+        f'sweep file {path} line {e.lineno}: syntax error ({e.msg})'
+    ) from None
+  except Exception as e:  # pylint: disable=broad-except
+    raise errors.ConfigError(
+        f'sweep file {path} fails to load: {type(e).__name__}: {e}'
+    ) from None
+  get_sweep = getattr(module, 'get_sweep', None)
+  if not callable(get_sweep):
+    raise errors.ConfigError(
+        f'sweep file {path} has no get_sweep(); define get_sweep(arg=None)'
+        " returning a list of {'name', 'config', 'overrides'} (see"
+        ' configs/sweeps/)'
+    )
   here = os.path.dirname(path)
   runs = []
+  given = f'the argument {arg!r}' if arg else 'no argument'
   try:
-    entries = module.get_sweep(arg or None)
+    entries = get_sweep(arg or None)
   except (ValueError, TypeError, KeyError) as e:
-    given = f'the argument {arg!r}' if arg else 'no argument'
     raise errors.ConfigError(
         f'sweep file {path} does not run with {given}: {e}'
     ) from None
-  for entry in entries:
+  except Exception as e:  # pylint: disable=broad-except
+    raise errors.ConfigError(
+        f'sweep file {path}: get_sweep({arg or ""}) failed with'
+        f' {type(e).__name__}: {e}'
+    ) from None
+  if not isinstance(entries, (list, tuple)):
+    raise errors.ConfigError(
+        f'sweep file {path}: get_sweep() returned a {type(entries).__name__},'
+        " not a list of {'name', 'config', 'overrides'}"
+    )
+  for number, entry in enumerate(entries, 1):
+    _check_entry(path, number, entry)
     config_path, colon, preset = entry['config'].partition(':')
     config_path = os.path.relpath(
         os.path.normpath(os.path.join(here, config_path))
@@ -174,6 +206,40 @@ def load_sweep(spec: str, common: Dict[str, object]) -> List[Run]:
         f'sweep file {path} names two runs alike: {sorted(names)}'
     )
   return runs
+
+
+def _check_entry(path: str, number: int, entry):
+  """ConfigError unless the sweep file's run `number` is a well-formed run."""
+  where = f'sweep file {path}, run {number}'
+  if not isinstance(entry, dict):
+    raise errors.ConfigError(
+        f"{where} is a {type(entry).__name__}, not a dict with 'name',"
+        " 'config' and 'overrides'"
+    )
+  for key in ('name', 'config'):
+    if not isinstance(entry.get(key), str) or not entry[key]:
+      raise errors.ConfigError(
+          f"{where} needs '{key}', a non-empty string (it has"
+          f' {entry.get(key)!r})'
+      )
+  if not isinstance(entry.get('overrides', {}), dict):
+    raise errors.ConfigError(
+        f"{where} ({entry['name']}): 'overrides' is a"
+        f" {type(entry['overrides']).__name__}; give a dict of"
+        " {'field.path': value}"
+    )
+  check_run_name(entry['name'], where)
+
+
+def check_run_name(name: str, where: str):
+  """ConfigError when a run's workdir would not lie inside --root."""
+  parts = name.replace('\\', '/').split('/')
+  if os.path.isabs(name) or any(p in ('', '.', '..') for p in parts):
+    raise errors.ConfigError(
+        f'{where}: run name {name!r} would put its workdir outside --root'
+        " (or be --root itself); use relative names like 'global/seed1'"
+        " without '..', '.', empty parts or a leading '/'"
+    )
 
 
 def select_runs(runs: Sequence[Run], patterns: Sequence[str]) -> List[Run]:
