@@ -6,6 +6,7 @@ unknown --config.<field> ends the process with status 2 and one line
 `error: ...`, instead of absl's usage dump or a traceback.
 """
 
+import difflib
 import importlib.util
 import os
 import sys
@@ -125,13 +126,45 @@ def load_config(path: str, arg=None) -> ml_collections.ConfigDict:
         ' ml_collections.ConfigDict; start from'
         ' nmt_jax.config.defaults.get_config()'
     )
-  missing = _missing_section(defaults.get_config(), config)
+  reference = defaults.get_config()
+  missing = _missing_section(reference, config)
   if missing:
     raise error(
         f"'s config has no {missing}; start from"
         ' nmt_jax.config.defaults.get_config() and change its fields'
     )
+  unknown = _unknown_field(reference, config)
+  if unknown:
+    raise error(
+        f' sets {unknown}, which is not a config'
+        f' field{_nearest(reference, unknown)} (every field is listed in'
+        ' nmt_jax/config/defaults.py and, for model.attention, in the kinds of'
+        ' nmt_jax/attention/)'
+    )
   return config
+
+
+def _unknown_field(reference, config, prefix='') -> str:
+  """The first field of `config` that `reference` (the defaults) lacks."""
+  for name, value in config.items():
+    if name not in reference:
+      return prefix + name
+    if isinstance(value, ml_collections.ConfigDict) and isinstance(
+        reference[name], ml_collections.ConfigDict
+    ):
+      unknown = _unknown_field(reference[name], value, f'{prefix}{name}.')
+      if unknown:
+        return unknown
+  return ''
+
+
+def _nearest(reference, dotted: str) -> str:
+  """'; did you mean X?' with the closest field of the same section."""
+  *section, name = dotted.split('.')
+  for part in section:
+    reference = reference[part]
+  close = difflib.get_close_matches(name, list(reference.keys()), n=1)
+  return f'; did you mean {".".join(section + close)}?' if close else ''
 
 
 def _missing_section(reference, config, prefix='') -> str:

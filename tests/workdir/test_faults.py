@@ -621,6 +621,31 @@ def test_translate_keeps_line_numbers_and_blank_lines(trained, tmp_path):
             'def get_config(arg=None):\n  raise RuntimeError("oops")\n',
             'get_config failed: RuntimeError: oops',
         ),
+        # A misspelt field is refused with the nearest, as on the command
+        # line, not trained on with the default.
+        (
+            (
+                'from nmt_jax.config import defaults\n'
+                'def get_config(arg=None):\n'
+                '  c = defaults.get_config(arg)\n'
+                '  c.model.hiden_size = 64\n'
+                '  return c\n'
+            ),
+            (
+                'sets model.hiden_size, which is not a config field; did you'
+                ' mean model.hidden_size?'
+            ),
+        ),
+        (
+            (
+                'from nmt_jax.config import defaults\n'
+                'def get_config(arg=None):\n'
+                '  c = defaults.get_config(arg)\n'
+                '  c.model.attention.numm_memory = 4\n'
+                '  return c\n'
+            ),
+            'did you mean model.attention.num_memory?',
+        ),
     ],
 )
 def test_broken_config_files_are_one_line(tmp_path, text, message):
