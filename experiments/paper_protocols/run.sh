@@ -18,9 +18,10 @@
 #           beam 5).
 #   record  each evaluated run's small files (experiments/records.py) into
 #           RECORDS/<run>/ (default experiments/paper_protocols/records/CORPUS).
-#   tables  RECORDS/results.md: `sweep aggregate` against each reference the
-#           verdicts read (global_general, global_concat,
-#           flexible_rnnsearch).
+#   tables  RECORDS/against_<reference>.md: `sweep aggregate` against each
+#           reference the verdicts read (global_general, global_concat,
+#           flexible_rnnsearch); then verdicts.md beside the corpora's
+#           folders (verdicts.py: every corpus, the README's rule).
 # --dry-run prints the commands instead, after the `cd` to the repository
 # root they need. PYTHON: nmt_jax's interpreter (python).
 set -euo pipefail
@@ -94,4 +95,7 @@ if part tables; then
     run "$PYTHON" -m nmt_jax.sweep aggregate --root="$RECORDS" \
       --paired_with="$reference" --markdown="$RECORDS/against_$reference.md"
   done
+  # Every corpus's verdicts, by the README's rule.
+  run "$PYTHON" -m experiments.paper_protocols.verdicts \
+    --records="$(dirname "$RECORDS")" --markdown="$(dirname "$RECORDS")/verdicts.md"
 fi
