@@ -13,6 +13,7 @@ modules (train.py, inference.py); this file parses flags.
 """
 
 import os
+import signal
 import sys
 from typing import List
 import zlib
@@ -183,15 +184,27 @@ def run(config, workdir: str, mode: str, stdout=None):
     if jax.process_index() != 0:  # every process decodes; one writes
       return
     text = ''.join(h + '\n' for h in out)
-    if output is None:
-      stdout = stdout or sys.stdout
-      stdout.write(text)
-      stdout.flush()
-    elif os.path.isfile(output) or not os.path.exists(output):
+    if output is not None and (
+        os.path.isfile(output) or not os.path.exists(output)
+    ):
       writers.write_text(output, text)  # whole or not at all
-    else:  # a FIFO or a device: written into, never replaced
-      with open(output, 'w', encoding='utf-8') as f:
-        f.write(text)
+      return
+    try:
+      if output is None:
+        stdout = stdout or sys.stdout
+        stdout.write(text)
+        stdout.flush()
+      else:  # a FIFO or a device: written into, never replaced
+        with open(output, 'w', encoding='utf-8') as f:
+          f.write(text)
+    except BrokenPipeError:
+      raise  # the reader left: main ends quietly
+    except OSError as e:
+      where = 'stdout' if output is None else f'--output={output}'
+      raise errors.WriteError(
+          f'cannot write the {mode} output to {where} ({e.strerror or e});'
+          ' give --output=FILE on a disk with space'
+      ) from None
 
 
 def _regular_file(output):
@@ -361,6 +374,11 @@ def main(argv):
     logging.flush()
     print(str(e), file=sys.stderr)
     sys.exit(143)  # 128 + SIGTERM, as if the signal had ended the process
+  except BrokenPipeError:
+    # The reader of the output went away (`| head -1`): end as command-line
+    # tools do on SIGPIPE, without a traceback or a flush into the closed pipe.
+    logging.flush()
+    os._exit(128 + signal.SIGPIPE)  # pylint: disable=protected-access
   except KeyboardInterrupt:
     print(_interrupted_message(_MODE.value, _WORKDIR.value), file=sys.stderr)
     if _MODE.value in ('train', 'prepare'):

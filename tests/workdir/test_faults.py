@@ -1041,3 +1041,26 @@ def test_ctrl_c_in_translate_does_not_tell_to_resume(tmp_path):
   last = stderr.strip().splitlines()[-1]
   assert last == f'interrupted; the checkpoints in {tmp_path}/w are unchanged'
   assert not os.path.exists(tmp_path / 'w')
+
+
+def test_a_reader_that_leaves_ends_translate_quietly(trained):
+  # `translate | head -1`: the pipe's reader is gone before the output.
+  code = (
+      'import os, runpy, sys\n'
+      'read, write = os.pipe()\n'
+      'os.close(read)\n'
+      'os.dup2(write, 1)\n'
+      'sys.stdin = open(sys.argv[1])\n'
+      "sys.argv = ['nmt_jax.main'] + sys.argv[2:]\n"
+      "runpy.run_module('nmt_jax.main', run_name='__main__')\n"
+  )
+  source = os.path.join(trained, 'two_lines.txt')
+  with open(source, 'w') as f:
+    f.write('a b\nb a\n')
+  result = conftest.run_code(
+      code, source, '--mode=translate', f'--config={CONFIG}',
+      f'--workdir={trained}', check=False,
+  )  # fmt: skip
+  assert result.returncode == 128 + signal.SIGPIPE, result.stderr
+  assert 'Traceback' not in result.stderr
+  assert 'BrokenPipeError' not in result.stderr
