@@ -103,6 +103,9 @@ BELOW_ONE = {
     ),
 }
 SEEDS = ('seed', 'decode.sample_seed')
+# Logits of ~100 divided by less overflow float32 (3.4e38) on the way to
+# the softmax.
+MIN_TEMPERATURE = 1e-6
 # Sampling's fields (decode.method='sample') and their values that leave
 # sampling as it is: another value under search would go unused.
 SAMPLING = {
@@ -334,6 +337,23 @@ def _check_decode(config):
         'use e.g. 0.9, or 1.0 for every word',
     )
   if decode.method == 'sample':
+    if decode.temperature < MIN_TEMPERATURE:
+      raise errors.config_error(
+          'decode.temperature',
+          decode.temperature,
+          f'is below {MIN_TEMPERATURE:g}: the logits divided by it leave'
+          " float32's range",
+          'use greedy search (decode.method=search) for the limit of 0, or'
+          ' e.g. 0.1',
+      )
+    if decode.coverage_penalty:
+      raise errors.config_error(
+          'decode.coverage_penalty',
+          decode.coverage_penalty,
+          'rescores the finished hypotheses of beam search, but'
+          " decode.method='sample' draws samples, which it would ignore",
+          'use decode.method=search with decode.beam_size > 1, or set it to 0',
+      )
     if decode.nbest > decode.num_samples:
       raise errors.config_error(
           'decode.nbest',

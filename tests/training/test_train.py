@@ -141,6 +141,29 @@ def test_validate_rejects_bad_values(field, value, message):
     validation.resolve(config)
 
 
+@pytest.mark.parametrize(
+    'fields,message',
+    [
+        ({'temperature': 1e-38}, 'decode.temperature=1e-38 is below 1e-06'),
+        ({'temperature': 0.0}, 'must be > 0'),
+        (
+            {'coverage_penalty': 0.2, 'beam_size': 4},
+            "decode.method='sample' draws samples, which it would ignore",
+        ),
+    ],
+)
+def test_sampling_settings_that_cannot_work_are_refused(fields, message):
+  config = defaults.get_config('tiny')
+  config.decode.method = 'sample'
+  for name, value in fields.items():
+    config.decode[name] = value
+  with pytest.raises(errors.ConfigError, match=message):
+    validation.resolve(config)
+  config.decode.temperature = 1e-6  # the smallest accepted
+  config.decode.coverage_penalty = 0.0
+  validation.resolve(config)
+
+
 def test_validate_derives_max_source_length():
   config = validation.resolve(defaults.get_config('tiny'))
   assert config.model.attention.max_source_length == config.data.max_length + 1
