@@ -183,6 +183,21 @@ def write(output: str, splits, manifest, lang: str):
     f.write('\n')
 
 
+def output_problem(output: str) -> Optional[str]:
+  """Why the folder --output names cannot be made or written, else None."""
+  folder = os.path.abspath(output)
+  while not os.path.exists(folder):
+    folder = os.path.dirname(folder)
+  if not os.path.isdir(folder):
+    return (
+        f'--output={output}: {folder} is a file; name a folder (it is made'
+        ' if it does not exist)'
+    )
+  if not os.access(folder, os.W_OK):
+    return f'--output={output}: {folder} cannot be written; name another folder'
+  return None
+
+
 def main(argv=None):
   parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
   parser.add_argument('--output', required=True, help='folder to write')
@@ -193,6 +208,9 @@ def main(argv=None):
   args = parser.parse_args(argv)
   if not (0 <= args.dev and 0 <= args.test and args.dev + args.test < 1):
     parser.error('--dev and --test are fractions that sum to less than 1')
+  problem = output_problem(args.output)
+  if problem:
+    parser.error(problem)
   try:
     splits, manifest = build(args.locale_dir, args.lang, args.dev, args.test)
   except ValueError as e:

@@ -299,8 +299,9 @@ def main(argv=None):
   args = parser.parse_args(argv)
   if not (0 <= args.dev and 0 <= args.test and args.dev + args.test < 1):
     parser.error('--dev and --test are fractions that sum to less than 1')
-  if os.path.exists(args.output) and not os.path.isdir(args.output):
-    parser.error(f'--output={args.output} is a file; name a folder')
+  problem = gettext_catalogues.output_problem(args.output)
+  if problem:
+    parser.error(problem)
   try:
     if args.debs:
       if not glob.glob(os.path.join(args.debs, '*.deb')):

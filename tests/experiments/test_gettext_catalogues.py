@@ -3,6 +3,8 @@
 import json
 import struct
 
+import pytest
+
 from experiments.corpora import gettext_catalogues as gettext_corpus
 
 HEADER = (
@@ -94,3 +96,13 @@ def test_a_language_without_catalogues_is_one_line(tmp_path, capsys):
   assert gettext_corpus.main(['--output=x', f'--locale_dir={tmp_path}']) == 2
   (line,) = capsys.readouterr().err.strip().splitlines()
   assert line.startswith(f'error: no catalogues in {tmp_path}/de/LC_MESSAGES')
+
+
+def test_an_output_under_a_file_is_one_line(tmp_path, capsys):
+  (tmp_path / 'file').write_text('kept')
+  for output in (tmp_path / 'file', tmp_path / 'file' / 'sub'):
+    with pytest.raises(SystemExit) as e:
+      gettext_corpus.main([f'--output={output}', f'--locale_dir={tmp_path}'])
+    assert e.value.code == 2
+    assert f'{tmp_path / "file"} is a file' in capsys.readouterr().err
+  assert (tmp_path / 'file').read_text() == 'kept'

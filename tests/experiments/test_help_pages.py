@@ -184,4 +184,12 @@ def test_no_pages_and_an_output_that_is_a_file_are_one_line(tmp_path, capsys):
   except SystemExit as e:
     assert e.code == 2
   assert 'is a file; name a folder' in capsys.readouterr().err
+  # A folder under a file: the same line, nothing made.
+  try:
+    help_pages.main(
+        [f'--root={tmp_path}', f'--output={tmp_path / "file" / "sub"}']
+    )
+  except SystemExit as e:
+    assert e.code == 2
+  assert f'{tmp_path / "file"} is a file' in capsys.readouterr().err
   assert (tmp_path / 'file').read_text() == 'kept'
