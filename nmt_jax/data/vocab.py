@@ -313,6 +313,10 @@ def read_sentencepiece_model(path: str) -> SentencePieceVocab:
         f'data.vocab.sentencepiece_model={path} cannot be read'
         f' ({e.strerror}); {fix}'
     ) from None
+  if not proto:  # SentencePiece would load it as a model of no pieces
+    raise VocabError(
+        f'data.vocab.sentencepiece_model={path} is an empty file; {fix}'
+    )
   try:
     return SentencePieceVocab(proto)
   except RuntimeError:
