@@ -323,6 +323,25 @@ def _check_output(path: str):
 _fail = cli_flags.fail
 
 
+def _check_backend():
+  """One line when the backend JAX_PLATFORMS names cannot start.
+
+  JAX's own failure (no plugin for the platform, no device) is an exception
+  from deep in its start-up; the user needs the variable and the fix.
+  """
+  try:
+    jax.devices()
+  except Exception as e:  # pylint: disable=broad-except
+    platforms = os.environ.get('JAX_PLATFORMS', '')
+    detail = ' '.join(str(e).split()) or type(e).__name__
+    _fail(
+        f'JAX cannot start the backend{"s" if "," in platforms else ""}'
+        f' JAX_PLATFORMS={platforms!r} names ({detail}); install its plugin'
+        " (e.g. pip install -U 'jax[cuda12]' for NVIDIA GPUs) and check the"
+        ' device is visible, or unset JAX_PLATFORMS to run on the CPU'
+    )
+
+
 def _take_stdout():
   """A file on the process's stdout, which then carries only the output.
 
@@ -358,6 +377,7 @@ def main(argv):
     stdout = _take_stdout()
   try:
     maybe_initialize_distributed()
+    _check_backend()
     compile_cache.configure()
     # XLA rejects a typo now, not at a first step.
     compiler_options.get_decode(config)

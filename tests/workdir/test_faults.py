@@ -1064,3 +1064,14 @@ def test_a_reader_that_leaves_ends_translate_quietly(trained):
   assert result.returncode == 128 + signal.SIGPIPE, result.stderr
   assert 'Traceback' not in result.stderr
   assert 'BrokenPipeError' not in result.stderr
+
+
+def test_a_backend_that_is_not_installed_is_one_line(tmp_path):
+  env = dict(conftest.subprocess_env(), JAX_PLATFORMS='cuda')
+  result = conftest.run_module(
+      'nmt_jax.main', f'--config={CONFIG}', f'--workdir={tmp_path}/w',
+      check=False, env=env,
+  )  # fmt: skip
+  _one_line_error(result, "JAX cannot start the backend JAX_PLATFORMS='cuda'")
+  assert 'unset JAX_PLATFORMS' in result.stderr
+  assert not os.path.exists(tmp_path / 'w')
