@@ -216,6 +216,14 @@ def train_and_evaluate(
   """
   # A config or device error raises here, before the workdir exists.
   config = validation.resolve(config)
+  if evaluate and config.decode.step is not None:
+    # The final evaluation would refuse it, after the whole training.
+    raise errors.ConfigError(
+        f'decode.step={config.decode.step} names a checkpoint for --mode=eval,'
+        ' translate or score; training evaluates its best checkpoint at the'
+        ' end: drop decode.step here, and evaluate a kept step afterwards'
+        ' with --mode=eval --config.decode.step=N'
+    )
   init_step = None  # train.init_from's best checkpoint
   if config.train.init_from_learning_rate:
     # Parameters and learning rate of one and the same step.

@@ -512,3 +512,13 @@ def test_the_eta_times_steps_and_validations_apart():
   now[0] = 200.0
   assert eta.seconds_left(1000, 0.1) == pytest.approx(5.0)  # the last one
   assert progress_lib.Eta(10, 100).steps_only(10)  # the last step validates
+
+
+def test_decode_step_on_a_training_run_is_refused_before_it(tmp_path):
+  config = defaults.get_config('tiny')
+  config.decode.step = 2
+  with pytest.raises(
+      errors.ConfigError, match='decode.step=2 names a checkpoint'
+  ):
+    train.train_and_evaluate(config, str(tmp_path / 'w'))
+  assert not (tmp_path / 'w').exists()
