@@ -10,7 +10,8 @@
 # argument (e.g. max_length=100,memory=sigmoid/softmax/renorm). Parts
 # (PARTS, default "train tau record tables"):
 #   train   the sweep by CORES (default: the machine's count) processes, each
-#           pinned to a core with one XLA thread, started 30 s apart: each
+#           pinned to a core (FIRST_CORE, 0, and up) with one XLA thread, so
+#           that two corpora can share a machine; started 30 s apart: each
 #           takes the next run no other one holds. It resumes: run it again
 #           after an interruption.
 #   tau     each fine-tuned flexible seed: tau chosen on dev by Shu &
@@ -47,6 +48,7 @@ PARTS=" ${PARTS:-train tau record tables} "
 RECORDS=${RECORDS:-$REPO_ROOT/experiments/paper_protocols/records/$CORPUS}
 [[ "$RECORDS" == /* ]] || RECORDS="$PWD/$RECORDS"
 CORES=${CORES:-$(nproc)}
+FIRST_CORE=${FIRST_CORE:-0}
 PYTHON=${PYTHON:-python}
 [[ -n "$DRY_RUN" || -f "$DATA/pieces.train.en" ]] ||
   error "$DATA/pieces.train.en not found; set DATA to the folder parity prepare wrote"
@@ -68,7 +70,7 @@ SWEEP=configs/sweeps/paper_protocols.py:$DATA${SETTINGS:+,$SETTINGS}
 if part train; then
   for ((i = 0; i < CORES; i++)); do
     [[ $i == 0 || -n "$DRY_RUN" ]] || sleep 30
-    start taskset -c "$i" "$PYTHON" -m nmt_jax.sweep run --sweep="$SWEEP" \
+    start taskset -c $((FIRST_CORE + i)) "$PYTHON" -m nmt_jax.sweep run --sweep="$SWEEP" \
       --root="$ROOT"
   done
   in_parallel
