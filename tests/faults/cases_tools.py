@@ -1,6 +1,7 @@
 """Bad corpora (prepare), nmt_jax.average, nmt_jax.sweep, benchmarks.bench."""
 
 import os
+import re
 
 from tests.faults import folded
 from tests.faults.battery import CONFIG
@@ -487,8 +488,80 @@ def _bench_cases():
   ]
 
 
+def _sweep_file_cases():
+  """Sweep files that are not what `sweep run` needs, and config files with
+  a misspelt field: one error line each, nothing run or written."""
+  m = 'nmt_jax.sweep'
+  run = ['run', '--sweep={d}/s.py', '--root={d}/root']
+  good = "{'name': 'a', 'config': 'configs/global_general.py'}"
+  files = {
+      'raises': ('raise RuntimeError("boom")', 'RuntimeError: boom'),
+      'syntax_error': ('def get_sweep(arg=None)', 'syntax error'),
+      'no_get_sweep': ('x = 1', 'has no get_sweep'),
+      'returns_none': ('def get_sweep(arg=None):\n  return None', 'NoneType'),
+      'run_without_config': (
+          "def get_sweep(arg=None):\n  return [{'name': 'a'}]",
+          "needs 'config'",
+      ),
+      'overrides_as_a_list': (
+          (
+              "def get_sweep(arg=None):\n  return [{'name': 'a', 'config':"
+              " 'configs/global_general.py', 'overrides': ['x=1']}]"
+          ),
+          "'overrides' is a list",
+      ),
+  }
+  for name in ('../../escape', '/tmp/absolute', '.'):
+    files[f'run_name_{name.strip("./") or "dot"}'] = (
+        f'def get_sweep(arg=None):\n  return [{good},'
+        f" {{'name': {name!r}, 'config': 'configs/global_general.py'}}]",
+        'outside --root',
+    )
+  cases = [
+      refuse(
+          f'sweepfile.{name}',
+          run,
+          f'^error: .*{re.escape(fragment)}',
+          module=m,
+          setup=lambda d, text=text: write(f'{d}/s.py', text + '\n'),
+          check=absent('root'),
+      )
+      for name, (text, fragment) in files.items()
+  ]
+  cases.append(
+      refuse(
+          'sweepfile.root_is_a_file',
+          ['run', '--sweep=configs/sweeps/britz_copy.py', '--root={d}/root'],
+          '^error: .*is a file',
+          module=m,
+          setup=lambda d: write(f'{d}/root', 'kept'),
+      )
+  )
+  typo = (
+      'from nmt_jax.config import defaults\n'
+      'def get_config(arg=None):\n'
+      '  c = defaults.get_config(arg)\n'
+      '  c.model.hiden_size = 64\n'
+      '  return c\n'
+  )
+  cases.append(
+      refuse(
+          'configfile.misspelt_field',
+          ['--config={d}/typo.py:tiny', '--workdir={d}/w'],
+          '^error: .*did you mean model.hidden_size',
+          setup=lambda d: write(f'{d}/typo.py', typo),
+          check=absent('w'),
+      )
+  )
+  return cases
+
+
 def cases():
   """The cases of this file in running order, but the folded ones."""
   return folded.without(
-      _corpus_cases() + _average_cases() + _sweep_cases() + _bench_cases()
+      _corpus_cases()
+      + _average_cases()
+      + _sweep_cases()
+      + _sweep_file_cases()
+      + _bench_cases()
   )
