@@ -17,5 +17,8 @@ pytestmark = pytest.mark.battery
     'case', cases_workdir.cases(), ids=lambda case: case.name
 )
 def test_fault(case, workdirs, tmp_path):
-  battery.check(battery.run_case(case, str(tmp_path / 'case'), workdirs))
+  record = battery.run_case(case, str(tmp_path / 'case'), workdirs)
+  assert record['class'] == battery.expected_class(record), battery.failure(
+      record
+  )
   shutil.rmtree(tmp_path / 'case')
