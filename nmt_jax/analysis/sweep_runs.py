@@ -8,7 +8,6 @@ The command line is nmt_jax/sweep.py:
 import contextlib
 import dataclasses
 import fnmatch
-import importlib.util
 import itertools
 import json
 import math
@@ -142,25 +141,12 @@ def load_sweep(spec: str, common: Dict[str, object]) -> List[Run]:
         f'sweep file {path} does not exist; e.g. '
         '--sweep=configs/sweeps/britz_copy.py:20'
     )
-  module_spec = importlib.util.spec_from_file_location(
-      'nmt_jax_sweep_file', path
+  module = cli_flags.load_python_file(
+      path,
+      f'sweep file {path}',
+      'a .py file with get_sweep(arg) (see configs/sweeps/)',
+      'nmt_jax_sweep_file',
   )
-  if module_spec is None:  # not a .py file
-    raise errors.ConfigError(
-        f'sweep file {path} is not a Python file; give a .py file with'
-        ' get_sweep(arg) (see configs/sweeps/)'
-    )
-  module = importlib.util.module_from_spec(module_spec)
-  try:
-    module_spec.loader.exec_module(module)
-  except SyntaxError as e:
-    raise errors.ConfigError(
-        f'sweep file {path} line {e.lineno}: syntax error ({e.msg})'
-    ) from None
-  except Exception as e:  # pylint: disable=broad-except
-    raise errors.ConfigError(
-        f'sweep file {path} fails to load: {type(e).__name__}: {e}'
-    ) from None
   get_sweep = getattr(module, 'get_sweep', None)
   if not callable(get_sweep):
     raise errors.ConfigError(

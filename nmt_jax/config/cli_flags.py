@@ -87,27 +87,44 @@ def fail(message: str):
   sys.exit(2)
 
 
+def load_python_file(path: str, what: str, fix: str, name: str):
+  """The module a Python file defines; a failure is one ConfigError line.
+
+  `what` names the file in the message ('config file X'), `fix` says what
+  a right one holds.
+  """
+  spec = importlib.util.spec_from_file_location(name, path)
+  if spec is None:  # not a .py file: Python has no loader for it
+    raise errors.ConfigError(f'{what} is not a Python file; give {fix}')
+  try:
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+  except errors.UserError as e:
+    raise errors.ConfigError(f'{what}: {e}') from None
+  except SyntaxError as e:
+    raise errors.ConfigError(
+        f'{what} line {e.lineno}: syntax error ({e.msg})'
+    ) from None
+  except Exception as e:  # pylint: disable=broad-except
+    raise errors.ConfigError(
+        f'{what} fails to load: {type(e).__name__}: {e}'
+    ) from None
+  return module
+
+
 def load_config(path: str, arg=None) -> ml_collections.ConfigDict:
   """get_config(arg) of a config file; errors.ConfigError in one line."""
 
   def error(message):
     return errors.ConfigError(f'config file {path}{message}')
 
-  spec = importlib.util.spec_from_file_location('nmt_jax_config_check', path)
-  if spec is None:  # not a .py file: Python has no loader for it
-    raise error(
-        ' is not a Python file; give a .py file whose get_config() returns'
-        ' an ml_collections.ConfigDict (see configs/)'
-    )
-  try:
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-  except errors.UserError as e:
-    raise error(f': {e}') from None
-  except SyntaxError as e:
-    raise error(f' line {e.lineno}: syntax error ({e.msg})') from None
-  except Exception as e:  # pylint: disable=broad-except
-    raise error(f' fails to load: {type(e).__name__}: {e}') from None
+  module = load_python_file(
+      path,
+      f'config file {path}',
+      'a .py file whose get_config() returns an ml_collections.ConfigDict'
+      ' (see configs/)',
+      'nmt_jax_config_check',
+  )
   get_config = getattr(module, 'get_config', None)
   if not callable(get_config):
     raise error(
